@@ -1,0 +1,121 @@
+"""Experiment designs: the CLIMB Algorithm-1 run list and held-out validation mixtures.
+
+A design is a plan table ``run_id, tokens, r_<lang>...`` (one row per run), the format that
+``climb-bayes plan`` writes and the ``training`` package reads (``docs/runs-format.md``).
+
+References
+----------
+.. [1] Guo et al. (2025), Algorithm 1 and Appendix D (proportion grid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from climb_bayes.errors import ClimbError
+
+__all__ = ["PAPER_SHARES", "algorithm1_design", "holdout_design", "format_budget"]
+
+PAPER_SHARES = (0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75, 0.8, 0.9, 0.95, 0.975, 0.98)
+"""Shares ``c`` the CLIMB paper sweeps for the focal language (Appendix D)."""
+
+_DEFAULT_POOL = (0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75)
+
+
+def format_budget(tokens: float) -> str:
+    """Short label of a token budget: ``5e9 -> '5B'``, ``2.5e10 -> '25B'``, ``3e5 -> '300K'``."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= scale:
+            return f"{tokens / scale:g}{unit}"
+    return f"{tokens:g}"
+
+
+def _check(languages: Sequence[str], budgets: Sequence[float]) -> None:
+    if len(languages) < 2:
+        raise ClimbError("a design needs at least 2 languages (got {}).".format(len(languages)))
+    if len(set(languages)) != len(languages):
+        raise ClimbError(f"languages must be distinct, got {', '.join(languages)}.")
+    if not budgets or any(not np.isfinite(b) or b <= 0 for b in budgets):
+        raise ClimbError(f"budgets must be positive token counts, got {list(budgets)}.")
+
+
+def algorithm1_design(
+    languages: Sequence[str],
+    budgets: Sequence[float],
+    *,
+    shares: Sequence[float] | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The paper's Algorithm-1 run list: ``3 * m * len(budgets)`` runs.
+
+    Per language ``i``: one monolingual run (``r_i = 1``) and two runs with ``r_i = c`` and every
+    other language at ``(1 - c) / (m - 1)``, each at every budget.
+
+    Parameters
+    ----------
+    languages : sequence of str
+        Language (or domain) names.
+    budgets : sequence of float
+        Token budgets ``D`` (tokens).
+    shares : sequence of two floats, optional
+        The focal shares ``c``; by default two distinct values per language are drawn with
+        ``seed`` from ``(0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75)`` (a central part of the paper's
+        grid, :data:`PAPER_SHARES`).
+    seed : int
+        Seed for the share draw.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Plan table ``run_id, tokens, r_<lang>...``.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Algorithm 1.
+    """
+    languages = list(languages)
+    _check(languages, budgets)
+    m = len(languages)
+    rng = np.random.default_rng(seed)
+    if shares is not None:
+        shares = [float(c) for c in shares]
+        if len(shares) != 2 or any(not 0 < c < 1 for c in shares):
+            raise ClimbError(f"shares must be two numbers in (0, 1), got {shares}.")
+    rows = []
+    for i, lang in enumerate(languages):
+        cs = shares if shares is not None else sorted(rng.choice(_DEFAULT_POOL, 2, replace=False))
+        mixes = [("mono", np.eye(m)[i])]
+        for c in cs:
+            r = np.full(m, (1.0 - c) / (m - 1))
+            r[i] = c
+            mixes.append((f"c{c:g}", r))
+        for D in budgets:
+            for tag, r in mixes:
+                rows.append(
+                    {"run_id": f"{lang}-{tag}-{format_budget(D)}", "tokens": float(D)}
+                    | {f"r_{lang2}": float(x) for lang2, x in zip(languages, r, strict=True)}
+                )
+    return pd.DataFrame(rows)
+
+
+def holdout_design(
+    languages: Sequence[str], budget: float, n: int, *, seed: int = 0, concentration: float = 1.0
+) -> pd.DataFrame:
+    """``n`` random mixtures (Dirichlet(``concentration``)) at ``budget``, for validation."""
+    languages = list(languages)
+    _check(languages, [budget])
+    rng = np.random.default_rng(seed)
+    r = rng.dirichlet(np.full(len(languages), concentration), size=n)
+    r = np.round(r, 4)
+    r[:, -1] = 1.0 - r[:, :-1].sum(axis=1)
+    r = np.clip(r, 0.0, 1.0)
+    r /= r.sum(axis=1, keepdims=True)
+    rows = [
+        {"run_id": f"holdout-{j:02d}-{format_budget(budget)}", "tokens": float(budget)}
+        | {f"r_{lang}": float(x) for lang, x in zip(languages, r[j], strict=True)}
+        for j in range(n)
+    ]
+    return pd.DataFrame(rows)

@@ -1,0 +1,184 @@
+"""The fit result: an ArviZ-style xarray DataTree with everything needed to reuse a fit.
+
+Groups: ``posterior`` (latent and derived parameters, in tokens units where named ``log_B``,
+``B``, ``k``), ``sample_stats``, ``log_likelihood``, ``observed_data``,
+``posterior_predictive`` and ``constant_data`` (the runs table the fit saw). Dims:
+``language`` (target), ``source_language``, ``pair`` (off-diagonal ``src->tgt``), ``run``,
+``point`` (evaluation points) and ``obs`` (likelihood observations). Root attributes hold the
+metadata (languages, ``d_ref``, priors as TOML, data hash, package version, seed, method,
+diagnostics as JSON).
+
+A file is written atomically (temporary file, then rename) and loaded with
+:func:`load_fit`, which rebuilds the runs table and priors, so predictions from a loaded fit
+equal those from the in-memory one bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from climb_bayes.diagnostics import Diagnostics
+from climb_bayes.errors import FitFileError
+from climb_bayes.law import LawParams
+from climb_bayes.priors import Priors, load_priors
+from climb_bayes.runs import RunsData
+
+__all__ = ["Fit", "load_fit", "FORMAT_VERSION", "PARAM_DIMS"]
+
+FORMAT_VERSION = 1
+
+PARAM_DIMS: dict[str, list[str]] = {
+    "log_L0": ["language"],
+    "logit_f": ["language"],
+    "log_A": ["language"],
+    "log_E": ["language"],
+    "log_B": ["language"],
+    "B": ["language"],
+    "E": ["language"],
+    "beta": ["language"],
+    "eta": ["language"],
+    "sigma": ["language"],
+    "b_offdiag": ["pair"],
+    "b_z": ["pair"],
+    "kappa_offdiag": ["pair"],
+    "b": ["source_language", "language"],
+    "k": ["source_language", "language"],
+    "log_loss": ["obs"],
+}
+
+
+@dataclass
+class Fit:
+    """A fitted CLIMB law: the DataTree plus convenient accessors.
+
+    Attributes
+    ----------
+    tree : xarray.DataTree
+        The ArviZ-convention tree (see module docstring).
+    """
+
+    tree: xr.DataTree
+
+    # -- metadata ----------------------------------------------------------------------------
+    @property
+    def attrs(self) -> dict:
+        """Root attributes."""
+        return self.tree.attrs
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """Language (or domain) names, in the order of every ``language`` axis."""
+        return tuple(json.loads(self.attrs["languages"]))
+
+    @property
+    def d_ref(self) -> float:
+        """Reference budget (tokens) the model was sampled in."""
+        return float(self.attrs["d_ref"])
+
+    @property
+    def method(self) -> str:
+        """``"nuts"`` or ``"map"``."""
+        return str(self.attrs["method"])
+
+    @property
+    def priors(self) -> Priors:
+        """Priors used for the fit."""
+        import tomllib
+
+        settings = tomllib.loads(self.attrs["priors_toml"])["priors"]
+        return load_priors(None, **settings)
+
+    @property
+    def diagnostics(self) -> Diagnostics | None:
+        """Sampler diagnostics (None for point fits)."""
+        text = self.attrs.get("diagnostics", "")
+        return Diagnostics.from_json(text) if text else None
+
+    @property
+    def runs(self) -> RunsData:
+        """The runs table the fit saw, rebuilt from ``constant_data``."""
+        cd = self.tree["constant_data"]
+        return RunsData.from_arrays(
+            self.languages,
+            [str(x) for x in cd["run"].values],
+            np.asarray(cd["run_proportions"].values),
+            np.asarray(cd["run_budgets"].values),
+            np.asarray(cd["point_run"].values),
+            np.asarray(cd["point_tokens"].values),
+            np.asarray(cd["point_loss"].values),
+            source=str(self.attrs.get("data_source", "<fit>")),
+            sha256=str(self.attrs.get("data_sha256", "")),
+            tail_start=float(self.attrs.get("tail_start", 0.85)),
+        )
+
+    # -- draws -------------------------------------------------------------------------------
+    @property
+    def n_draws(self) -> int:
+        """Total number of posterior draws (chains x draws)."""
+        post = self.tree["posterior"]
+        return int(post.sizes["chain"] * post.sizes["draw"])
+
+    def draws(self, name: str) -> np.ndarray:
+        """Posterior draws of one variable, chains stacked: shape ``(n_draws, ...)``."""
+        da = self.tree["posterior"][name]
+        values = np.asarray(da.values)
+        return values.reshape((-1,) + values.shape[2:])
+
+    def law_draws(self) -> LawParams:
+        """Posterior draws of the law in tokens units, each field ``(n_draws, ...)``."""
+        return LawParams(
+            log_B=self.draws("log_B"),
+            beta=self.draws("beta"),
+            log_E=self.draws("log_E"),
+            b=self.draws("b"),
+            k=self.draws("k"),
+            eta=self.draws("eta"),
+        )
+
+    def sigma_draws(self) -> np.ndarray:
+        """Observation-noise draws on log-loss, ``(n_draws, m)``."""
+        return self.draws("sigma")
+
+    # -- I/O -----------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the tree to NetCDF atomically (temporary file in the same folder, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            self.tree.to_netcdf(tmp, engine="h5netcdf")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+def load_fit(path: str | os.PathLike[str]) -> Fit:
+    """Open a ``fit.nc`` written by :meth:`Fit.save` (clear errors for anything else)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FitFileError(f"{path}: fit file not found. Create one with `climb-bayes fit`.")
+    try:
+        tree = xr.open_datatree(path, engine="h5netcdf")
+        tree = tree.load()
+    except Exception as exc:  # noqa: BLE001 - any reader failure means the same to the user
+        raise FitFileError(f"{path}: not a readable NetCDF/HDF5 file ({exc}).") from None
+    if tree.attrs.get("climb_bayes_format") is None or "posterior" not in tree.children:
+        raise FitFileError(
+            f"{path}: not a climb-bayes fit (no 'climb_bayes_format' attribute or no posterior)."
+        )
+    if int(tree.attrs["climb_bayes_format"]) > FORMAT_VERSION:
+        raise FitFileError(
+            f"{path}: written by a newer climb-bayes (format {tree.attrs['climb_bayes_format']});"
+            " upgrade climb-bayes."
+        )
+    return Fit(tree)

@@ -1,0 +1,245 @@
+"""The CLIMB law as pure ``jax.numpy`` functions.
+
+Nothing here knows about NumPyro, files or priors: every function maps arrays to arrays,
+broadcasts over leading batch axes (runs, posterior draws, ...) and is safe to ``jit``,
+``vmap`` and differentiate. Languages (or domains) live on the last axis; transfer matrices
+have shape ``(..., m, m)`` indexed ``[source j, target i]``.
+
+Units
+-----
+``D`` (tokens) and ``k`` must share one unit, and ``log_B`` must be expressed in that unit:
+``B / D**beta`` is unit-free only when ``B`` carries ``tokens**beta``. The fitter works with
+``D`` divided by a reference budget ``d_ref`` (see :func:`to_reference_units`) so that the
+sampled parameters are O(1); the paper's units are recovered with
+:func:`from_reference_units`. Losses are in nats per token.
+
+References
+----------
+.. [1] Guo et al. (2025), "CLIMB: Cross-Lingual Interaction-aware Multilingual Balancing",
+   Eq. (4)-(6) (interaction-aware ratio and the full law) and Appendix A (alpha(D)).
+.. [2] Hoffmann et al. (2022), "Training Compute-Optimal Large Language Models" (the
+   ``B / D**beta + E`` data term).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "RT_FLOOR_SCALE",
+    "LawParams",
+    "transfer_strength",
+    "effective_ratio",
+    "log_loss",
+    "loss",
+    "optimal_direction",
+    "to_reference_units",
+    "from_reference_units",
+]
+
+RT_FLOOR_SCALE = 1e-5
+"""Scale of the smooth floor applied to the effective ratio (unit-free share).
+
+Strong negative transfer can push ``rt`` to or below zero, where the law is undefined.
+``s * (softplus(rt / s) + 1e-3)`` equals ``rt`` to within ``1e-3 s`` for ``rt >> s`` and never
+falls below ``1e-3 s``, so it stays positive, differentiable and finite in log space: the
+sampler never sees NaN or infinity, and such parameter values get a very large (finite)
+predicted loss instead.
+"""
+
+
+class LawParams(NamedTuple):
+    """Parameters of the CLIMB law for ``m`` languages (any leading batch shape).
+
+    Attributes
+    ----------
+    log_B : array (..., m)
+        Log of the scale ``B_i`` of the reducible loss, in units where ``D`` is measured.
+    beta : array (..., m)
+        Data-scaling exponent ``beta_i`` (unit-free, > 0).
+    log_E : array (..., m)
+        Log of the irreducible loss ``E_i`` (nats/token).
+    b : array (..., m, m)
+        Asymptotic transfer ``b_ji`` from source ``j`` (axis -2) to target ``i`` (axis -1).
+        The diagonal is ignored.
+    k : array (..., m, m)
+        Budget-decay of transfer ``k_ji``, in the unit of ``D``. The diagonal is ignored.
+    eta : array (..., m)
+        Data-sufficiency rate ``eta_i`` (unit-free, > 0).
+    """
+
+    log_B: jax.Array
+    beta: jax.Array
+    log_E: jax.Array
+    b: jax.Array
+    k: jax.Array
+    eta: jax.Array
+
+
+def _off_diagonal(a: jax.Array) -> jax.Array:
+    m = a.shape[-1]
+    return a * (1.0 - jnp.eye(m, dtype=a.dtype))
+
+
+def transfer_strength(D: jax.Array, b: jax.Array, k: jax.Array) -> jax.Array:
+    """Transfer strength ``alpha_{j->i}(D) = b_ji + k_ji / D`` with a zero diagonal.
+
+    Parameters
+    ----------
+    D : array (...)
+        Token budget, in the unit of ``k``.
+    b, k : array (..., m, m)
+        Transfer parameters indexed ``[source, target]``.
+
+    Returns
+    -------
+    array (..., m, m)
+        Unit-free transfer strengths; the diagonal is 0.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Appendix A, Eq. for ``alpha_{j->i}(D)``.
+    """
+    D = jnp.asarray(D)
+    return _off_diagonal(b + k / D[..., None, None])
+
+
+def effective_ratio(
+    r: jax.Array, D: jax.Array, b: jax.Array, k: jax.Array, eta: jax.Array
+) -> jax.Array:
+    """Interaction-aware ratio ``rt_i``: the monolingual share that reaches the same loss.
+
+    ``rt_i = r_i + (sum_{j != i} (b_ji + k_ji / D) r_j) (1 - exp(-eta_i r_i))``.
+
+    Parameters
+    ----------
+    r : array (..., m)
+        Mixture proportions (shares of the budget; unit-free).
+    D : array (...)
+        Total token budget, in the unit of ``k``.
+    b, k : array (..., m, m)
+        Transfer parameters indexed ``[source j, target i]``; diagonals ignored.
+    eta : array (..., m)
+        Data-sufficiency rates.
+
+    Returns
+    -------
+    array (..., m)
+        Effective ratios (unit-free). Not floored: can be <= 0 under negative transfer.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (4).
+    """
+    alpha = transfer_strength(D, b, k)
+    inflow = jnp.einsum("...j,...ji->...i", r, alpha)
+    return r + inflow * (-jnp.expm1(-eta * r))
+
+
+def log_loss(
+    r: jax.Array,
+    D: jax.Array,
+    log_B: jax.Array,
+    beta: jax.Array,
+    log_E: jax.Array,
+    b: jax.Array,
+    k: jax.Array,
+    eta: jax.Array,
+) -> jax.Array:
+    """Log of the per-language validation loss predicted by the CLIMB law.
+
+    ``log L_i = logaddexp(log B_i - beta_i log(D rt_i), log E_i)``, computed in log space so that
+    budgets of 1e12 tokens and shares of 1e-3 lose no precision.
+
+    Parameters
+    ----------
+    r : array (..., m)
+        Mixture proportions.
+    D : array (...)
+        Token budget (in the unit that ``log_B`` and ``k`` use).
+    log_B, beta, log_E, eta : array (..., m)
+        Per-language parameters, see :class:`LawParams`.
+    b, k : array (..., m, m)
+        Transfer parameters indexed ``[source, target]``.
+
+    Returns
+    -------
+    array (..., m)
+        Log loss, log(nats/token). Where ``r_i = 0`` the law predicts an unbounded loss; the
+        smooth floor (:data:`RT_FLOOR_SCALE`) returns a large finite value there, so callers
+        must mask such entries.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (6).
+    .. [2] Hoffmann et al. (2022), Eq. (2) (data term).
+    """
+    D = jnp.asarray(D)
+    rt = effective_ratio(r, D, b, k, eta)
+    rt = RT_FLOOR_SCALE * (jax.nn.softplus(rt / RT_FLOOR_SCALE) + 1e-3)
+    log_effective_tokens = jnp.log(D)[..., None] + jnp.log(rt)
+    return jnp.logaddexp(log_B - beta * log_effective_tokens, log_E)
+
+
+def loss(r: jax.Array, D: jax.Array, params: LawParams) -> jax.Array:
+    """Per-language validation loss ``L_i(D, r)`` (nats/token); see :func:`log_loss`.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (6).
+    """
+    return jnp.exp(log_loss(r, D, *params))
+
+
+def optimal_direction(
+    D: jax.Array, log_B: jax.Array, beta: jax.Array, weights: jax.Array | None = None
+) -> jax.Array:
+    """Closed-form optimal direction ``p`` of the interaction-aware ratios.
+
+    ``p_i ∝ (w_i B_i beta_i)^(1/(beta_i+1)) D^(-beta_i/(beta_i+1))``, normalised to sum to 1.
+    Computed in log space with a softmax.
+
+    Parameters
+    ----------
+    D : array (...)
+        Token budget (unit of ``log_B``).
+    log_B, beta : array (..., m)
+        Monolingual scaling parameters.
+    weights : array (m,) or (..., m), optional
+        Importance weights ``w_i >= 0``; uniform when omitted.
+
+    Returns
+    -------
+    array (..., m)
+        Direction on the simplex (unit-free).
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (7) and Appendix B.
+    """
+    D = jnp.asarray(D)
+    log_w = 0.0 if weights is None else jnp.log(jnp.asarray(weights))
+    logits = (log_w + log_B + jnp.log(beta)) / (beta + 1.0) - beta / (beta + 1.0) * jnp.log(D)[
+        ..., None
+    ]
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def to_reference_units(params: LawParams, d_ref: float) -> LawParams:
+    """Express parameters for budgets measured in units of ``d_ref`` tokens.
+
+    ``log_B' = log_B - beta log(d_ref)`` and ``k' = k / d_ref``; everything else is unit-free.
+    """
+    return params._replace(
+        log_B=params.log_B - params.beta * jnp.log(d_ref), k=params.k / d_ref
+    )
+
+
+def from_reference_units(params: LawParams, d_ref: float) -> LawParams:
+    """Inverse of :func:`to_reference_units`: back to budgets in tokens."""
+    return params._replace(
+        log_B=params.log_B + params.beta * jnp.log(d_ref), k=params.k * d_ref
+    )

@@ -1,0 +1,203 @@
+"""NUTS inference for the CLIMB model (NumPyro), chains in parallel over CPU cores.
+
+Initialisation (measured, see ``docs/performance.md``): every chain starts from its own draw
+near the prior centre (``init="prior-centre"``: prior locations with transfer switched off,
+jittered by a quarter of the prior spread). That was the most reliable option on the law:
+``init_to_median`` of the prior starts in regions of strong random transfer where warm-up can
+stall, and a start at the point fit puts all chains in one (possibly wrong) mode and collapses
+hierarchical scales (``tau_b`` -> 0), which stalls the sampler in a funnel.
+
+References
+----------
+.. [1] Hoffman & Gelman (2014), "The No-U-Turn Sampler".
+.. [2] Phan, Pradhan & Jankowiak (2019), "Composable Effects for Flexible and Accelerated
+   Probabilistic Programming in NumPyro".
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC, NUTS, init_to_median, init_to_sample, init_to_value
+
+from climb_bayes.errors import ClimbError
+from climb_bayes.model import ModelData, climb_model
+from climb_bayes.point_fit import PointFit
+from climb_bayes.priors import Priors
+
+__all__ = ["INITS", "NutsConfig", "run_nuts", "prior_centre"]
+
+INITS = ("prior-centre", "median", "prior", "map")
+
+
+class NutsConfig(NamedTuple):
+    """NUTS settings. ``samples`` is the total number of kept draws over all chains."""
+
+    chains: int = 4
+    warmup: int = 1000
+    samples: int = 2000
+    target_accept: float = 0.9
+    max_tree_depth: int = 10
+    init: str = "prior-centre"
+    dense_mass: bool = True
+    chain_method: str = "auto"
+    progress_bar: bool | None = None
+
+    @property
+    def draws_per_chain(self) -> int:
+        """Kept draws per chain (``ceil(samples / chains)``)."""
+        return -(-self.samples // self.chains)
+
+    def check(self) -> None:
+        """Raise :class:`ClimbError` on settings NUTS cannot use."""
+        if self.chains < 1:
+            raise ClimbError(f"--chains must be >= 1, got {self.chains}.")
+        if self.samples < self.chains:
+            raise ClimbError(f"--samples ({self.samples}) must be >= --chains ({self.chains}).")
+        if self.warmup < 1:
+            raise ClimbError(f"--warmup must be >= 1, got {self.warmup}.")
+        if not 0 < self.target_accept < 1:
+            raise ClimbError(f"--target-accept must lie in (0, 1), got {self.target_accept}.")
+        if not 1 <= self.max_tree_depth <= 15:
+            raise ClimbError(f"--max-tree-depth must lie in 1..15, got {self.max_tree_depth}.")
+        if self.init not in INITS:
+            raise ClimbError(f"--init must be one of {', '.join(INITS)}, got {self.init!r}.")
+
+
+def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
+    """Centre of the prior in the latent space, with transfer switched off."""
+    m = data.point_r.shape[-1]
+    p = m * (m - 1)
+    centre = {
+        "log_A": np.asarray(data.reducible_loc, float),
+        "log_E": np.asarray(data.irreducible_loc, float),
+        "beta": np.full(m, priors.beta_median),
+        "eta": np.full(m, priors.eta_median),
+        "sigma": np.full(m, priors.noise_scale / 2),
+        "kappa_offdiag": np.zeros(p),
+    }
+    if priors.hierarchical_transfer:
+        centre |= {"mu_b": np.zeros(()), "tau_b": np.asarray(priors.transfer_scale / 2),
+                   "b_z": np.zeros(p)}
+    else:
+        centre["b_offdiag"] = np.zeros(p)
+    return centre
+
+
+def _jittered_inits(
+    key: jax.Array, data: ModelData, priors: Priors, chains: int, base: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Per-chain initial values: ``base`` jittered by a quarter of the prior spread."""
+    spread = {
+        "log_L0": 0.5 * priors.irreducible_scale,
+        "logit_f": priors.reducible_scale,
+        "b_offdiag": priors.transfer_scale,
+        "kappa_offdiag": priors.decay_scale,
+        "b_z": 1.0,
+        "mu_b": priors.transfer_scale,
+    }
+    log_spread = {"beta": priors.beta_log_sd, "eta": priors.eta_log_sd, "sigma": 0.5,
+                  "tau_b": 0.5}
+    out = {}
+    for i, (name, value) in enumerate(sorted(base.items())):
+        value = np.asarray(value, float)
+        z = np.asarray(jax.random.normal(jax.random.fold_in(key, i), (chains,) + value.shape))
+        if name in log_spread:
+            out[name] = value * np.exp(0.25 * log_spread[name] * z)
+        else:
+            out[name] = value + 0.25 * spread.get(name, 0.1) * z
+    return out
+
+
+def run_nuts(
+    key: jax.Array,
+    data: ModelData,
+    priors: Priors,
+    config: NutsConfig = NutsConfig(),
+    point: PointFit | None = None,
+) -> MCMC:
+    """Run NUTS on the CLIMB model and return the NumPyro ``MCMC`` object.
+
+    Parameters
+    ----------
+    key : jax.Array
+        PRNG key (same key and settings give identical draws).
+    data : ModelData
+        Observations in reference units.
+    priors : Priors
+        Prior settings.
+    config : NutsConfig
+        Sampler settings.
+    point : PointFit, optional
+        Needed for ``init="map"`` (chains start jittered around the point fit).
+    """
+    config.check()
+    init_key, run_key = jax.random.split(key)
+    if config.init == "median":
+        strategy, init_params = init_to_median(num_samples=15), None
+    elif config.init == "prior":
+        strategy, init_params = init_to_sample(), None
+    else:
+        if config.init == "map":
+            if point is None:
+                raise ClimbError("init='map' needs a point fit.")
+            base = dict(point.values)
+            if priors.hierarchical_transfer:
+                b = base.pop("b_offdiag")
+                mu, tau = float(np.mean(b)), float(np.std(b))
+                base |= {"mu_b": np.asarray(mu), "tau_b": np.asarray(max(tau, 1e-3)),
+                         "b_z": (b - mu) / max(tau, 1e-3)}
+        else:
+            base = prior_centre(data, priors)
+        base = _sampler_coordinates(base)
+        strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
+        init_params = _jittered_inits(init_key, data, priors, config.chains, base)
+
+    chain_method = config.chain_method
+    if chain_method == "auto":
+        chain_method = "parallel" if jax.local_device_count() >= config.chains else "vectorized"
+    progress = sys.stderr.isatty() if config.progress_bar is None else config.progress_bar
+    kernel = NUTS(
+        climb_model,
+        target_accept_prob=config.target_accept,
+        max_tree_depth=config.max_tree_depth,
+        init_strategy=strategy,
+        dense_mass=config.dense_mass,
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=config.warmup,
+        num_samples=config.draws_per_chain,
+        num_chains=config.chains,
+        chain_method=chain_method,
+        progress_bar=progress,
+    )
+    if init_params is not None:
+        init_params = _to_unconstrained(init_params)
+    mcmc.run(
+        run_key,
+        data,
+        priors,
+        init_params=init_params,
+        extra_fields=("diverging", "num_steps", "energy", "accept_prob"),
+    )
+    return mcmc
+
+
+def _sampler_coordinates(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Replace ``log_A``/``log_E`` by the sampled ``log_L0``/``logit_f`` (see the model)."""
+    values = dict(values)
+    log_A, log_E = values.pop("log_A"), values.pop("log_E")
+    values["log_L0"] = np.logaddexp(log_A, log_E)
+    values["logit_f"] = np.asarray(log_A) - np.asarray(log_E)
+    return values
+
+
+def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
+    """Map positive sites to the log scale NUTS works on (NumPyro's default transforms)."""
+    positive = {"beta", "eta", "sigma", "tau_b"}
+    return {k: jnp.log(v) if k in positive else jnp.asarray(v) for k, v in values.items()}

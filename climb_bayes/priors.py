@@ -1,0 +1,192 @@
+"""Prior settings for the Bayesian CLIMB model, their defaults and TOML I/O.
+
+All parameters are sampled in *reference units*: budgets are divided by a reference budget
+``d_ref`` (a power of ten near the geometric mean of the fitted budgets) so that every sampled
+quantity is O(1). The defaults below are weakly informative; the reasoning for each is in
+``docs/model.md`` and in :data:`PRIOR_NOTES`.
+
+Units
+-----
+``log_A`` and ``log_E`` are logs of losses in nats/token; ``beta`` and ``eta`` and ``b`` are
+unit-free; ``kappa = k / d_ref`` is unit-free; ``sigma`` is on the log-loss scale (a relative
+error: 0.01 means about 1% of the loss).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from climb_bayes.errors import PriorsError
+
+__all__ = ["Priors", "PRIOR_NOTES", "load_priors", "priors_to_toml", "LIKELIHOODS"]
+
+LIKELIHOODS = ("student_t", "normal")
+
+PRIOR_NOTES: dict[str, str] = {
+    "reducible_loc": (
+        "log A_i = log of the reducible loss B_i/d_ref^beta_i a monolingual run of d_ref tokens "
+        "would have. 'auto' centres it on log(median observed loss of language i / 2): before "
+        "seeing curvature we expect reducible and irreducible parts of similar size "
+        "(location-only data scaling, as rstanarm's autoscale)."
+    ),
+    "reducible_scale": "sd of log A_i: 1.0 lets A_i range over a factor ~7 either way (90%).",
+    "irreducible_loc": "log E_i; 'auto' = log(median observed loss of language i / 2).",
+    "irreducible_scale": "sd of log E_i: E_i can be ~5x smaller or larger than the guess (90%).",
+    "beta_median": (
+        "median of the LogNormal prior on beta_i. Data-scaling exponents reported for LLMs lie "
+        "in 0.1-0.6 (Kaplan 0.095, Chinchilla 0.28, Besiroglu et al. 0.37); 0.3 is central."
+    ),
+    "beta_log_sd": "0.5 puts 90% of the prior mass on beta in [0.13, 0.68].",
+    "transfer_scale": (
+        "sd of b_ji ~ Normal(0, s). Transfer can help (b > 0) or hurt (b < 0); |b| above ~1 "
+        "would mean a token of language j is worth more to i than a token of i itself."
+    ),
+    "decay_scale": (
+        "sd of kappa_ji = k_ji / d_ref ~ Normal(0, s): the transfer change between a budget of "
+        "d_ref and an infinite one is kappa, so 0.5 allows changes of the size of b itself."
+    ),
+    "eta_median": (
+        "median of the LogNormal prior on eta_i. 1 - exp(-eta r) reaches 63% at r = 1/eta: "
+        "with 5, transfer saturates once a language has ~20% of the mix."
+    ),
+    "eta_log_sd": "1.0: eta in [1, 26] with 90% prior mass.",
+    "noise_scale": (
+        "HalfNormal scale of sigma_i, the per-language noise on log-loss. Seed-to-seed spread "
+        "of validation loss is ~0.2-2%; 0.05 (5%) is deliberately wide."
+    ),
+    "likelihood": (
+        "'student_t' (default, robust to an odd run or eval point) or 'normal'; applied to "
+        "log-loss, i.e. to relative errors."
+    ),
+    "student_df": "degrees of freedom of the Student-t likelihood (fixed); 4 tolerates outliers.",
+    "hierarchical_transfer": (
+        "if true, b_ji ~ Normal(mu_b, tau_b) with mu_b ~ Normal(0, transfer_scale) and "
+        "tau_b ~ HalfNormal(transfer_scale), non-centred; partial pooling across pairs."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Priors:
+    """Hyper-parameters of every prior in the model (see :data:`PRIOR_NOTES`).
+
+    ``reducible_loc`` / ``irreducible_loc`` may be ``"auto"`` (data-located, per language),
+    a single float or a mapping ``{language: float}``.
+    """
+
+    reducible_loc: Any = "auto"
+    reducible_scale: float = 1.0
+    irreducible_loc: Any = "auto"
+    irreducible_scale: float = 1.0
+    beta_median: float = 0.3
+    beta_log_sd: float = 0.5
+    transfer_scale: float = 0.5
+    decay_scale: float = 0.5
+    eta_median: float = 5.0
+    eta_log_sd: float = 1.0
+    noise_scale: float = 0.05
+    likelihood: str = "student_t"
+    student_df: float = 4.0
+    hierarchical_transfer: bool = False
+    source: str = field(default="defaults", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"priors ({self.source})"
+        positive = (
+            "reducible_scale irreducible_scale beta_median beta_log_sd transfer_scale "
+            "decay_scale eta_median eta_log_sd noise_scale student_df"
+        ).split()
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise PriorsError(f"{where}: '{name}' must be a positive number, got {value!r}.")
+        if self.likelihood not in LIKELIHOODS:
+            raise PriorsError(
+                f"{where}: 'likelihood' must be one of {', '.join(LIKELIHOODS)}, "
+                f"got {self.likelihood!r}."
+            )
+        for name in ("reducible_loc", "irreducible_loc"):
+            value = getattr(self, name)
+            ok = value == "auto" or isinstance(value, int | float)
+            if isinstance(value, dict):
+                ok = all(isinstance(v, int | float) for v in value.values())
+            if not ok:
+                raise PriorsError(
+                    f"{where}: '{name}' must be \"auto\", a number (log nats) or a table "
+                    f"{{language = number}}, got {value!r}."
+                )
+
+    def replace(self, **changes: Any) -> Priors:
+        """Return a copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the settings (without ``source``)."""
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Priors)} - {"source"}
+
+
+def load_priors(path: str | Path | None = None, **overrides: Any) -> Priors:
+    """Read priors from a TOML file (any subset of fields under ``[priors]`` or top level).
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        TOML file. Unknown keys raise :class:`~climb_bayes.errors.PriorsError` naming them.
+    **overrides
+        Fields that take precedence over the file (e.g. ``likelihood="normal"``).
+    """
+    settings: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        if not path.is_file():
+            raise PriorsError(
+                f"{path}: priors file not found. Write one with `climb-bayes priors > {path.name}`"
+                " and edit it."
+            )
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise PriorsError(f"{path}: not valid TOML ({exc}).") from None
+        raw = raw.get("priors", raw)
+        unknown = sorted(set(raw) - _FIELDS)
+        if unknown:
+            raise PriorsError(
+                f"{path}: unknown prior setting(s) {', '.join(unknown)}. "
+                f"Known: {', '.join(sorted(_FIELDS))}."
+            )
+        settings.update(raw)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    return Priors(**settings, source=source)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + " }"
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def priors_to_toml(priors: Priors | None = None, *, comments: bool = True) -> str:
+    """Render priors as a TOML document that :func:`load_priors` reads back."""
+    priors = priors or Priors()
+    lines = ["# climb-bayes priors (reference units: budgets divided by d_ref)", "[priors]"]
+    for name, value in priors.to_dict().items():
+        if comments:
+            lines.append(f"# {PRIOR_NOTES[name]}")
+        lines.append(f"{name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"

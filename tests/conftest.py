@@ -1,0 +1,74 @@
+"""Shared fixtures: small simulated worlds and fits, built once per test session.
+
+NUTS fits here are deliberately small (3 languages, 2 chains, short warm-up) so the whole
+suite stays within minutes on a 2-core machine; tests that need a converged posterior build
+their own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import climb_bayes  # noqa: F401  (enables x64 and host devices before JAX starts)
+from climb_bayes.design import algorithm1_design, holdout_design
+from climb_bayes.fitting import fit_runs
+from climb_bayes.nuts import NutsConfig
+from climb_bayes.runs import runs_from_frame
+from climb_bayes.simulate import TrueParams, example_params, simulate_runs
+
+LANGS3 = ("en", "de", "zh")
+BUDGETS = (5e9, 2.5e10)
+
+
+@pytest.fixture(scope="session")
+def world3() -> TrueParams:
+    """A 3-language synthetic world (see :func:`climb_bayes.simulate.example_params`)."""
+    return example_params(LANGS3, seed=3, sigma=0.01)
+
+
+@pytest.fixture(scope="session")
+def design3() -> pd.DataFrame:
+    """Algorithm-1 plan for :func:`world3` at 5B and 25B tokens."""
+    return algorithm1_design(LANGS3, BUDGETS, seed=0)
+
+
+@pytest.fixture(scope="session")
+def sim_frame3(world3, design3) -> pd.DataFrame:
+    """Long-form simulated runs table (curves) for :func:`world3`."""
+    return simulate_runs(world3, design3, seed=0)
+
+
+@pytest.fixture(scope="session")
+def runs3(sim_frame3):
+    """Validated :class:`~climb_bayes.runs.RunsData` of :func:`sim_frame3`."""
+    return runs_from_frame(sim_frame3)
+
+
+@pytest.fixture(scope="session")
+def holdout_frame3(world3) -> pd.DataFrame:
+    """Six random mixtures at 10x the largest fitted budget, simulated from :func:`world3`."""
+    return simulate_runs(world3, holdout_design(LANGS3, 2.5e11, 6, seed=1), seed=1)
+
+
+@pytest.fixture(scope="session")
+def map_fit3(runs3):
+    """Point fit (``method="map"``) of :func:`runs3`."""
+    return fit_runs(runs3, method="map", seed=0, n_starts=4)
+
+
+@pytest.fixture(scope="session")
+def nuts_fit3(runs3):
+    """A small NUTS fit of :func:`runs3` (2 chains; not necessarily converged)."""
+    return fit_runs(
+        runs3,
+        method="nuts",
+        config=NutsConfig(chains=2, warmup=300, samples=400, progress_bar=False),
+        seed=0,
+    )
+
+
+@pytest.fixture()
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)

@@ -1,0 +1,255 @@
+"""The ``train`` command (``climb-bayes train`` / ``python -m training``).
+
+Heavy imports (torch, transformers) happen only when the command runs, so importing this module
+is cheap. A :class:`~training.errors.TrainingError` becomes ``Error: <message>`` on stderr and
+exit code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = ["train", "TrainingClickError"]
+
+
+class TrainingClickError(click.ClickException):
+    """A :class:`~training.errors.TrainingError` shown to the user (exit code 2)."""
+
+    exit_code = 2
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    out = {}
+    for v in values:
+        if "=" not in v:
+            raise click.BadParameter(f"expected KEY=VALUE, got {v!r}", param_hint=option)
+        k, val = v.split("=", 1)
+        out[k.strip()] = val.strip()
+    return out
+
+
+def _fractions(ctx: Any, param: Any, value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated fractions, got {value!r}") from None
+
+
+def _slurm_value(v: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+@click.command("train", context_settings={"show_default": True, "max_content_width": 100})
+@click.option(
+    "--plan",
+    "plan",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Plan CSV: run_id, tokens, r_<lang>... (from `climb-bayes plan`).",
+)
+@click.option(
+    "--corpus",
+    required=True,
+    type=click.Path(),
+    help="Corpus folder: <lang>.jsonl[.xz|.gz]/.parquet/.txt or <lang>/ per language.",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Output folder: runs/, runs.csv (runs table), records.json, tokenizer/.",
+)
+@click.option(
+    "--preset",
+    default="tiny",
+    type=click.Choice(["micro", "tiny", "small", "paper-1.2b", "7b"]),
+    help="Model preset (sets defaults for the options below).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(),
+    default=None,
+    help="Tokenizer folder; default: train a byte-level BPE into OUT/tokenizer once.",
+)
+@click.option(
+    "--vocab-size",
+    type=int,
+    default=None,
+    help="Vocabulary of a newly trained tokenizer [default: preset's].",
+)
+@click.option(
+    "--tokenizer-sample-chars",
+    type=int,
+    default=2_000_000,
+    help="Characters per language sampled to train the tokenizer.",
+)
+@click.option(
+    "--val-tokens",
+    type=int,
+    default=None,
+    help="Held-out validation tokens per language [default: preset's].",
+)
+@click.option("--seq-len", type=int, default=None, help="Block length [default: preset's].")
+@click.option(
+    "--batch-size", type=int, default=None, help="Global batch in sequences [default: preset's]."
+)
+@click.option(
+    "--micro-batch-size",
+    type=int,
+    default=None,
+    help="Sequences per device per forward pass (gradient accumulation).",
+)
+@click.option("--lr", type=float, default=None, help="Peak learning rate [default: preset's].")
+@click.option("--min-lr-ratio", type=float, default=0.1, help="Final LR as a fraction of peak.")
+@click.option(
+    "--warmup",
+    type=float,
+    default=0.05,
+    help="Warmup: fraction of steps (< 1) or number of steps (>= 1).",
+)
+@click.option("--weight-decay", type=float, default=0.1, help="AdamW weight decay.")
+@click.option("--grad-clip", type=float, default=1.0, help="Gradient-norm clip (0: off).")
+@click.option("--seed", type=int, default=0, help="Seed (data split, init, block order).")
+@click.option(
+    "--eval-points",
+    default="0.25,0.5,0.75,0.87,0.9,0.93,0.96,1.0",
+    callback=_fractions,
+    help="Fractions of training after which every language is evaluated.",
+)
+@click.option(
+    "--allow-repeat",
+    is_flag=True,
+    help="Allow repeating a language's data when its budget exceeds the corpus.",
+)
+@click.option(
+    "--corpus-map",
+    multiple=True,
+    metavar="LANG=PATH",
+    help="Map a language to a file/folder inside --corpus (repeatable).",
+)
+@click.option("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps.")
+@click.option(
+    "--dtype",
+    default="auto",
+    type=click.Choice(["auto", "bf16", "fp32"]),
+    help="auto: bf16 autocast on GPUs that support it, fp32 otherwise.",
+)
+@click.option("--compile/--no-compile", "compile_", default=False, help="torch.compile the model.")
+@click.option("--fsdp", is_flag=True, help="FSDP2 instead of DDP for multi-process runs.")
+@click.option("--threads", type=int, default=None, help="CPU threads for torch.")
+@click.option(
+    "--checkpoint-every",
+    type=int,
+    default=0,
+    help="Also checkpoint every N steps (always at evaluation points).",
+)
+@click.option("--log-every", type=float, default=30.0, help="Seconds between step lines.")
+@click.option("--save-model", is_flag=True, help="Save each finished model to RUN/model/.")
+@click.option(
+    "--launcher",
+    default="local",
+    type=click.Choice(["local", "torchrun", "accelerate"]),
+    help="Run each run in-process, or as a torchrun/accelerate job on this node.",
+)
+@click.option(
+    "--nproc",
+    type=int,
+    default=None,
+    help="Processes (GPUs) per run for torchrun/accelerate/Slurm [default: all GPUs].",
+)
+@click.option(
+    "--slurm",
+    is_flag=True,
+    help="Submit pending runs as a Slurm job array (submitit); local without Slurm.",
+)
+@click.option("--slurm-partition", default=None, help="Slurm partition.")
+@click.option("--slurm-time", type=int, default=24 * 60, help="Slurm time limit per run (min).")
+@click.option("--slurm-parallel", type=int, default=None, help="Max array tasks at once.")
+@click.option(
+    "--slurm-param",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra submitit parameter, e.g. slurm_account=abc (repeatable).",
+)
+@click.option(
+    "--slurm-wait/--no-slurm-wait",
+    default=True,
+    help="Wait for the array and write the table (or return after submitting).",
+)
+@click.option("--max-runs", type=int, default=None, help="Train at most N pending runs now.")
+def train(**kw: Any) -> None:
+    """Train the runs of a plan and write their runs table (long form, with loss curves).
+
+    Finished runs are skipped and a killed run resumes from its checkpoint, so the same command
+    can be repeated until every run is done. Progress goes to stderr.
+    """
+    from training.errors import TrainingError
+
+    try:
+        _train(**kw)
+    except TrainingError as exc:
+        raise TrainingClickError(str(exc)) from None
+
+
+def _train(**kw: Any) -> None:
+    from training.loop import RunOptions
+    from training.sweep import run_sweep
+
+    slurm_params: dict[str, Any] = {"timeout_min": kw["slurm_time"]}
+    if kw["slurm_partition"]:
+        slurm_params["slurm_partition"] = kw["slurm_partition"]
+    if kw["slurm_parallel"]:
+        slurm_params["slurm_array_parallelism"] = kw["slurm_parallel"]
+    slurm_params.update(
+        {k: _slurm_value(v) for k, v in _pairs(kw["slurm_param"], "--slurm-param").items()}
+    )
+    opts = RunOptions(
+        device=kw["device"],
+        dtype=kw["dtype"],
+        compile=kw["compile_"],
+        fsdp=kw["fsdp"],
+        threads=kw["threads"],
+        checkpoint_every=kw["checkpoint_every"],
+        log_every_s=kw["log_every"],
+        save_model=kw["save_model"],
+    )
+    res = run_sweep(
+        kw["plan"],
+        kw["corpus"],
+        kw["out"],
+        preset=kw["preset"],
+        seq_len=kw["seq_len"],
+        batch_size=kw["batch_size"],
+        micro_batch_size=kw["micro_batch_size"],
+        lr=kw["lr"],
+        min_lr_ratio=kw["min_lr_ratio"],
+        warmup=kw["warmup"],
+        weight_decay=kw["weight_decay"],
+        grad_clip=kw["grad_clip"],
+        seed=kw["seed"],
+        eval_points=kw["eval_points"],
+        allow_repeat=kw["allow_repeat"],
+        val_tokens=kw["val_tokens"],
+        tokenizer=kw["tokenizer"],
+        vocab_size=kw["vocab_size"],
+        tokenizer_sample_chars=kw["tokenizer_sample_chars"],
+        corpus_map=_pairs(kw["corpus_map"], "--corpus-map"),
+        options=opts,
+        launcher=kw["launcher"],
+        nproc=kw["nproc"],
+        slurm=kw["slurm"],
+        slurm_params=slurm_params,
+        slurm_wait=kw["slurm_wait"],
+        max_runs=kw["max_runs"],
+    )
+    click.echo(
+        f"{res.finished} finished, {res.pending} pending runs; table {res.table}, "
+        f"records {res.records}"
+    )

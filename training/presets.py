@@ -1,0 +1,116 @@
+"""Model presets: LLaMA-2-style decoder configurations, built from scratch.
+
+``paper-1.2b`` is the CLIMB paper's model (Appendix "Training Details": hidden 2048, intermediate
+5504, 16 heads, 24 layers, 4096 positions, RMSNorm eps 1e-5; ~1.2B non-embedding parameters;
+250k BBPE vocabulary; sequence length 4096; batch 3072 sequences). ``7b`` is LLaMA-2-7B's shape.
+``tiny`` (~1.9M parameters with a 4096 vocabulary) and ``micro`` train on a CPU in seconds to
+minutes; ``small`` is for a quick single-GPU check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from training.errors import TrainingError
+
+__all__ = ["Preset", "PRESETS", "get_preset", "build_model", "count_parameters"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Shape and default hyperparameters of a model.
+
+    ``seq_len``, ``batch_size`` (global, in sequences), ``micro_batch_size`` (per device and
+    forward pass), ``lr``, ``vocab_size`` (for a newly trained tokenizer) and ``val_tokens`` (per
+    language) are defaults the ``train`` command can override.
+    """
+
+    name: str
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_layers: int
+    max_positions: int
+    seq_len: int
+    batch_size: int
+    micro_batch_size: int
+    lr: float
+    vocab_size: int
+    val_tokens: int
+    num_kv_heads: int | None = None
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset("micro", 32, 88, 2, 2, 256, seq_len=32, batch_size=8, micro_batch_size=8,
+               lr=3e-3, vocab_size=512, val_tokens=512),
+        Preset("tiny", 128, 352, 4, 4, 512, seq_len=128, batch_size=16, micro_batch_size=16,
+               lr=2e-3, vocab_size=4096, val_tokens=16384),
+        Preset("small", 512, 1376, 8, 8, 1024, seq_len=1024, batch_size=64, micro_batch_size=16,
+               lr=1e-3, vocab_size=32000, val_tokens=262144),
+        Preset("paper-1.2b", 2048, 5504, 16, 24, 4096, seq_len=4096, batch_size=3072,
+               micro_batch_size=4, lr=4e-4, vocab_size=250000, val_tokens=2097152),
+        Preset("7b", 4096, 11008, 32, 32, 4096, seq_len=4096, batch_size=1024,
+               micro_batch_size=1, lr=3e-4, vocab_size=250000, val_tokens=2097152),
+    ]
+}  # fmt: skip
+
+
+def get_preset(name: str) -> Preset:
+    """Look up a preset by name (raises :class:`TrainingError` listing the valid names)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise TrainingError(
+            f"unknown preset {name!r}. Fix: use one of {', '.join(PRESETS)}."
+        ) from None
+
+
+def build_model(preset: Preset, vocab_size: int, eos_id: int, pad_id: int) -> Any:
+    """A randomly initialised ``LlamaForCausalLM`` of the preset's shape (SDPA attention).
+
+    Call ``torch.manual_seed`` first for a reproducible initialisation.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=preset.hidden_size,
+        intermediate_size=preset.intermediate_size,
+        num_attention_heads=preset.num_heads,
+        num_key_value_heads=preset.num_kv_heads or preset.num_heads,
+        num_hidden_layers=preset.num_layers,
+        max_position_embeddings=preset.max_positions,
+        rms_norm_eps=preset.rms_norm_eps,
+        rope_theta=preset.rope_theta,
+        tie_word_embeddings=preset.tie_embeddings,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        hidden_act="silu",
+        attention_dropout=0.0,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config)
+
+
+def count_parameters(model: Any) -> dict[str, int]:
+    """``total`` parameters and ``non_embedding`` ones (all but the input embedding table).
+
+    The output projection (``lm_head``) is counted in ``non_embedding``: it is a matmul per token.
+    With tied embeddings the shared table is counted once, as compute.
+    """
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is emb
+    non_emb = total if tied else total - emb.numel()
+    return {"total": int(total), "non_embedding": int(non_emb)}

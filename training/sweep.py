@@ -1,0 +1,424 @@
+"""A sweep: plan CSV -> finished runs -> one runs table.
+
+Every run of the plan gets a folder ``OUT/runs/<run_id>-<key>`` where ``key`` hashes the run's
+config (:meth:`training.loop.RunConfig.key`). Finished runs are skipped, a killed run resumes from
+its checkpoint, and after the runs ``OUT/runs.csv`` (long-form runs table of every finished run
+of the plan, in plan order) and ``OUT/records.json`` are rewritten atomically.
+
+Runs train in this process (``launcher="local"``), one ``torchrun``/``accelerate launch`` job per
+run on one node (DDP, or FSDP with ``RunOptions.fsdp``), or as a Slurm job array via submitit
+(``slurm=True``; without Slurm on the machine it warns and runs locally).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.errors import TrainingError
+from training.loop import DEFAULT_EVAL_POINTS, RunConfig, RunOptions, check_repeat, train_run
+from training.mixture import token_budgets
+from training.presets import get_preset
+from training.records import atomic_write_json, is_finished, write_table
+
+__all__ = ["PlanRun", "read_plan", "SweepResult", "run_dir_name", "run_sweep"]
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One row of a plan: ``run_id``, total budget ``tokens`` and ``shares`` per language."""
+
+    run_id: str
+    tokens: int
+    shares: dict[str, float]
+
+
+def _num(text: str, what: str, path: Path, row: int) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise TrainingError(
+            f"{path}: row {row}: {what} is {text!r}, not a number. Fix: write a number there."
+        ) from None
+    if not math.isfinite(value):
+        raise TrainingError(f"{path}: row {row}: {what} is {text!r}. Fix: write a finite number.")
+    return value
+
+
+def read_plan(path: str | Path) -> tuple[list[str], list[PlanRun]]:
+    """Read a plan CSV (``run_id, tokens, r_<lang>...``; extra columns ignored).
+
+    Returns
+    -------
+    languages, runs
+        Languages in column order, and the runs in row order.
+
+    Raises
+    ------
+    TrainingError
+        If the file is missing or malformed (message names row/column and the fix).
+    """
+    path = Path(path)
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+            header = list(rows[0].keys()) if rows else []
+    except FileNotFoundError:
+        raise TrainingError(
+            f"plan file {path} does not exist. Fix: write one with `climb-bayes plan` or by "
+            f"hand (columns run_id, tokens, r_<lang>...)."
+        ) from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TrainingError(
+            f"{path}: cannot read the plan ({exc}). Fix: save it as UTF-8 CSV."
+        ) from None
+    if not rows:
+        raise TrainingError(f"{path}: the plan has no runs. Fix: add one row per run.")
+    langs = [c[2:] for c in header if c.startswith("r_") and len(c) > 2]
+    missing = [c for c in ("run_id", "tokens") if c not in header]
+    if missing or not langs:
+        raise TrainingError(
+            f"{path}: the plan needs columns run_id, tokens and r_<lang> (one per language); "
+            f"missing: {', '.join(missing) or 'r_<lang>'}. Fix: add them."
+        )
+    runs: list[PlanRun] = []
+    seen: set[str] = set()
+    for i, row in enumerate(rows, start=2):
+        rid = (row.get("run_id") or "").strip()
+        if not rid or rid in seen:
+            raise TrainingError(
+                f"{path}: row {i}: run_id {rid!r} is {'empty' if not rid else 'repeated'}. "
+                f"Fix: give every run a unique run_id."
+            )
+        seen.add(rid)
+        tokens = _num(row["tokens"], "tokens", path, i)
+        if tokens < 1 or tokens != int(tokens):
+            raise TrainingError(
+                f"{path}: row {i}: tokens = {row['tokens']} must be a whole number >= 1. "
+                f"Fix: write the run's total training tokens, e.g. 1000000."
+            )
+        shares = {lang: _num(row[f"r_{lang}"], f"r_{lang}", path, i) for lang in langs}
+        bad = [lang for lang, r in shares.items() if r < 0 or r > 1]
+        if bad:
+            raise TrainingError(
+                f"{path}: row {i}: r_{bad[0]} = {shares[bad[0]]} is outside [0, 1]. Fix: write "
+                f"shares between 0 and 1 that sum to 1."
+            )
+        total = sum(shares.values())
+        if abs(total - 1.0) > 1e-6:
+            raise TrainingError(
+                f"{path}: row {i} (run {rid}): shares sum to {total:.8f}, not 1. Fix: make the "
+                f"r_<lang> columns of each row sum to 1."
+            )
+        runs.append(PlanRun(rid, int(tokens), shares))
+    return langs, runs
+
+
+def run_dir_name(cfg: RunConfig) -> str:
+    """``<run_id>-<key>`` with unsafe characters of the run id replaced by ``_``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", cfg.run_id)[:80]
+    return f"{safe}-{cfg.key()}"
+
+
+@dataclass
+class SweepResult:
+    """Outcome of :func:`run_sweep`."""
+
+    table: Path
+    records: Path
+    finished: int
+    trained: int
+    skipped: int
+    pending: int
+    wall_time_s: float
+    run_dirs: list[Path] = field(default_factory=list)
+
+
+def _options_dict(opts: RunOptions) -> dict[str, Any]:
+    d = asdict(opts)
+    d.pop("on_step", None)
+    return d
+
+
+def _launch_cmd(launcher: str, nproc: int, spec: Path) -> list[str]:
+    if launcher == "torchrun":
+        return [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", "-m", "training.worker", str(spec),
+        ]  # fmt: skip
+    if launcher == "accelerate":
+        cmd = [
+            sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nproc),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        ]  # fmt: skip
+        if nproc > 1:
+            cmd.append("--multi_gpu")
+        return [*cmd, "-m", "training.worker", str(spec)]
+    raise TrainingError(f"unknown launcher {launcher!r}. Fix: use local, torchrun or accelerate.")
+
+
+def run_sweep(
+    plan: str | Path,
+    corpus: str | Path,
+    out: str | Path,
+    *,
+    preset: str = "tiny",
+    seq_len: int | None = None,
+    batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    lr: float | None = None,
+    min_lr_ratio: float = 0.1,
+    warmup: float = 0.05,
+    weight_decay: float = 0.1,
+    grad_clip: float = 1.0,
+    seed: int = 0,
+    eval_points: Sequence[float] = DEFAULT_EVAL_POINTS,
+    allow_repeat: bool = False,
+    val_tokens: int | None = None,
+    tokenizer: str | Path | None = None,
+    vocab_size: int | None = None,
+    tokenizer_sample_chars: int = 2_000_000,
+    corpus_map: Mapping[str, str] | None = None,
+    options: RunOptions | None = None,
+    launcher: str = "local",
+    nproc: int | None = None,
+    slurm: bool = False,
+    slurm_params: Mapping[str, Any] | None = None,
+    slurm_cluster: str | None = None,
+    slurm_wait: bool = True,
+    max_runs: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Train every unfinished run of a plan and write the runs table.
+
+    Parameters
+    ----------
+    plan, corpus, out
+        Plan CSV, corpus directory, output folder.
+    preset
+        Model preset (:data:`training.presets.PRESETS`); ``seq_len``, ``batch_size``,
+        ``micro_batch_size``, ``lr``, ``val_tokens`` and ``vocab_size`` default to its values.
+    eval_points
+        Fractions of the run's tokens after which every language is evaluated; keep several
+        above 0.85 (the fitter keeps the last 15%).
+    allow_repeat
+        Let a run repeat a language's data when its budget exceeds the corpus (warns, records
+        the epochs); without it such a plan is refused before anything trains.
+    options
+        Runtime options for every run (device, dtype, compile, checkpoint interval ...).
+    launcher
+        ``local`` (in this process), ``torchrun`` or ``accelerate`` (``nproc`` processes per
+        run on this node; DDP, or FSDP with ``options.fsdp``).
+    slurm, slurm_params, slurm_cluster, slurm_wait
+        Submit pending runs as a submitit job array (``slurm_params`` go to
+        ``AutoExecutor.update_parameters``); falls back to local runs when Slurm is absent.
+        ``slurm_cluster`` forces a submitit cluster (``"debug"`` runs in this process; tests).
+    max_runs
+        Train at most this many runs now (the others stay pending).
+    log
+        Progress callback (default: stderr).
+
+    Returns
+    -------
+    SweepResult
+    """
+    t0 = time.time()
+    if log is None:
+
+        def log(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+
+    from training.dataset import prepare_data
+
+    opts = options or RunOptions()
+    pre = get_preset(preset)
+    seq_len = seq_len or pre.seq_len
+    if seq_len > pre.max_positions:
+        raise TrainingError(
+            f"--seq-len {seq_len} exceeds preset {preset}'s {pre.max_positions} positions. Fix: "
+            f"use --seq-len <= {pre.max_positions}."
+        )
+    eval_points = tuple(sorted(set(float(f) for f in eval_points)))
+    if not eval_points or eval_points[0] <= 0 or eval_points[-1] > 1:
+        raise TrainingError(
+            f"--eval-points {eval_points} must be fractions in (0, 1]. Fix: e.g. "
+            f"0.5,0.87,0.9,0.93,0.96,1.0."
+        )
+    langs, runs = read_plan(plan)
+    out = Path(out)
+    need: dict[str, int] = {lang: 0 for lang in langs}
+    for r in runs:
+        for lang, n in token_budgets(r.shares, r.tokens).items():
+            need[lang] = max(need[lang], n)
+    log(f"sweep: {len(runs)} runs, languages {', '.join(langs)}, preset {preset} -> {out}")
+    data = prepare_data(
+        corpus,
+        langs,
+        out,
+        seq_len=seq_len,
+        val_tokens=val_tokens or pre.val_tokens,
+        seed=seed,
+        need=need,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size or pre.vocab_size,
+        tokenizer_sample_chars=tokenizer_sample_chars,
+        corpus_map=corpus_map,
+        log=log,
+    )
+    configs = [
+        RunConfig(
+            run_id=r.run_id,
+            budget_tokens=r.tokens,
+            shares=dict(r.shares),
+            preset=preset,
+            seq_len=seq_len,
+            batch_size=batch_size or pre.batch_size,
+            micro_batch_size=micro_batch_size or min(pre.micro_batch_size, batch_size or 1 << 30),
+            lr=lr if lr is not None else pre.lr,
+            min_lr_ratio=min_lr_ratio,
+            warmup=warmup,
+            weight_decay=weight_decay,
+            grad_clip=grad_clip,
+            seed=seed,
+            eval_points=eval_points,
+            allow_repeat=allow_repeat,
+            data_key=data.key,
+        )
+        for r in runs
+    ]
+    for cfg in configs:  # refuse impossible budgets before anything trains
+        check_repeat(cfg, token_budgets(cfg.shares, cfg.budget_tokens), data)
+    run_dirs = [out / "runs" / run_dir_name(cfg) for cfg in configs]
+    atomic_write_json(
+        out / "sweep.json",
+        {
+            "plan": str(Path(plan).resolve()),
+            "corpus": str(Path(corpus).resolve()),
+            "preset": preset,
+            "data_key": data.key,
+            "runs": [
+                {"run_id": c.run_id, "dir": d.name} for c, d in zip(configs, run_dirs, strict=True)
+            ],
+            "options": _options_dict(opts),
+        },
+    )
+    todo = [(c, d) for c, d in zip(configs, run_dirs, strict=True) if not is_finished(d)]
+    skipped = len(configs) - len(todo)
+    if skipped:
+        log(f"sweep: {skipped} of {len(configs)} runs already finished, skipping them")
+    if max_runs is not None:
+        todo = todo[: max(0, max_runs)]
+    use_slurm = slurm
+    if slurm and slurm_cluster is None and shutil.which("sbatch") is None:
+        log("warning: --slurm given but no Slurm here (sbatch not on PATH): running locally")
+        use_slurm = False
+
+    trained = 0
+    if use_slurm and todo:
+        trained = _run_slurm(todo, data.path, out, opts, slurm_params or {}, slurm_cluster,
+                             slurm_wait, nproc, log)  # fmt: skip
+    else:
+        for i, (cfg, rdir) in enumerate(todo, start=1):
+            log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name})")
+            if launcher == "local":
+                train_run(cfg, data, rdir, opts, log)
+            else:
+                spec = _write_spec(cfg, data.path, rdir, opts)
+                n = nproc or _default_nproc()
+                env = {**os.environ, "PYTHONPATH": _pythonpath()}
+                rc = subprocess.run(_launch_cmd(launcher, n, spec), env=env).returncode
+                if rc != 0 or not is_finished(rdir):
+                    raise TrainingError(
+                        f"run {cfg.run_id} failed under {launcher} (exit code {rc}); see the "
+                        f"output above. Fix the cause and run the sweep again: it resumes from "
+                        f"{rdir / 'checkpoint.pt'} when there is one."
+                    )
+            trained += 1
+
+    table, records = out / "runs.csv", out / "records.json"
+    finished = write_table(run_dirs, table, records)
+    pending = len(configs) - finished
+    wall = time.time() - t0
+    log(
+        f"sweep: {finished}/{len(configs)} runs finished ({trained} trained now, {skipped} "
+        f"skipped, {pending} pending) in {wall:.1f}s -> {table}"
+    )
+    return SweepResult(table, records, finished, trained, skipped, pending, wall, run_dirs)
+
+
+def _default_nproc() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
+def _pythonpath() -> str:
+    root = str(Path(__file__).resolve().parent.parent)
+    old = os.environ.get("PYTHONPATH")
+    return root if not old else f"{root}{os.pathsep}{old}"
+
+
+def _write_spec(cfg: RunConfig, data_dir: Path, run_dir: Path, opts: RunOptions) -> Path:
+    spec = run_dir / "spec.json"
+    atomic_write_json(
+        spec,
+        {
+            "config": asdict(cfg),
+            "data_dir": str(Path(data_dir).resolve()),
+            "run_dir": str(run_dir.resolve()),
+            "options": _options_dict(opts),
+        },
+    )
+    return spec
+
+
+def _run_slurm(
+    todo: list[tuple[RunConfig, Path]],
+    data_dir: Path,
+    out: Path,
+    opts: RunOptions,
+    params: Mapping[str, Any],
+    cluster: str | None,
+    wait: bool,
+    nproc: int | None,
+    log: Callable[[str], None],
+) -> int:
+    import submitit
+
+    from training.worker import SlurmTask
+
+    executor = submitit.AutoExecutor(folder=out / "slurm" / "%j", cluster=cluster)
+    defaults: dict[str, Any] = {"timeout_min": 24 * 60, "nodes": 1}
+    if nproc:
+        defaults.update(tasks_per_node=nproc, gpus_per_node=nproc)
+    executor.update_parameters(**{**defaults, **params})
+    specs = [str(_write_spec(cfg, data_dir, rdir, opts)) for cfg, rdir in todo]
+    jobs = executor.map_array(SlurmTask(), specs)
+    log(f"slurm: submitted {len(jobs)} runs as job array {jobs[0].job_id.split('_')[0]}")
+    json_path = out / "slurm" / "jobs.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps([j.job_id for j in jobs]) + "\n")
+    if not wait:
+        log("slurm: not waiting; run the same command again later to collect the table")
+        return 0
+    failed = 0
+    for (cfg, _), job in zip(todo, jobs, strict=True):
+        try:
+            job.result()
+        except Exception as exc:  # a failed task: report, keep collecting the others
+            failed += 1
+            log(f"slurm: run {cfg.run_id} failed: {exc}")
+    if failed:
+        log(f"slurm: {failed} runs failed; run the command again to retry/resume them")
+    return len(jobs) - failed
