@@ -35,7 +35,7 @@ def format_budget(tokens: float) -> str:
 
 def _check(languages: Sequence[str], budgets: Sequence[float]) -> None:
     if len(languages) < 2:
-        raise ClimbError("a design needs at least 2 languages (got {}).".format(len(languages)))
+        raise ClimbError(f"a design needs at least 2 languages (got {len(languages)}).")
     if len(set(languages)) != len(languages):
         raise ClimbError(f"languages must be distinct, got {', '.join(languages)}.")
     if not budgets or any(not np.isfinite(b) or b <= 0 for b in budgets):

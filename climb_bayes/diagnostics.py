@@ -126,9 +126,7 @@ def compute_diagnostics(
         depth = np.floor(np.log2(np.asarray(sample_stats["n_steps"]) + 1)).astype(int)
     saturated = int((depth >= max_tree_depth).sum())
     energy = np.asarray(sample_stats["energy"], dtype=float)
-    bfmi = np.square(np.diff(energy, axis=1)).mean(axis=1) / np.maximum(
-        energy.var(axis=1), 1e-300
-    )
+    bfmi = np.square(np.diff(energy, axis=1)).mean(axis=1) / np.maximum(energy.var(axis=1), 1e-300)
     min_bfmi = float(bfmi.min())
 
     problems = []

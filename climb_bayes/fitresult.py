@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+from climb_bayes.atomic import atomic_path
 from climb_bayes.diagnostics import Diagnostics
 from climb_bayes.errors import FitFileError
 from climb_bayes.law import LawParams
@@ -149,17 +149,9 @@ class Fit:
     # -- I/O -----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the tree to NetCDF atomically (temporary file in the same folder, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             self.tree.to_netcdf(tmp, engine="h5netcdf")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return Path(path)
 
 
 def load_fit(path: str | os.PathLike[str]) -> Fit:

@@ -68,7 +68,9 @@ _CONST_DIMS = {
 def _posterior_predictive(
     key: jax.Array, data: ModelData, priors: Priors, samples: dict[str, np.ndarray]
 ) -> np.ndarray:
-    pred = numpyro.infer.Predictive(climb_model, posterior_samples=samples, return_sites=["log_loss"])
+    pred = numpyro.infer.Predictive(
+        climb_model, posterior_samples=samples, return_sites=["log_loss"]
+    )
     return np.asarray(pred(key, data, priors, observed=False)["log_loss"])
 
 
@@ -109,7 +111,7 @@ def fit_runs(
     priors: Priors | None = None,
     *,
     method: str = "nuts",
-    config: NutsConfig = NutsConfig(),
+    config: NutsConfig | None = None,
     seed: int = 0,
     n_starts: int = 8,
     data_label: str = "",
@@ -144,6 +146,7 @@ def fit_runs(
     if method not in METHODS:
         raise ClimbError(f"--method must be one of {', '.join(METHODS)}, got {method!r}.")
     priors = priors or Priors()
+    config = config or NutsConfig()
     log = log or (lambda _msg: None)
     data = model_data(runs, priors)
     key = jax.random.PRNGKey(seed)
@@ -192,6 +195,7 @@ def fit_runs(
         tree = arviz_base.from_numpyro(
             mcmc,
             posterior_predictive={"log_loss": pp},
+            log_likelihood=True,
             constant_data=_constant_data(runs),
             coords=_coords(runs),
             dims=PARAM_DIMS | _CONST_DIMS,

@@ -44,8 +44,9 @@ RT_FLOOR_SCALE = 1e-5
 """Scale of the smooth floor applied to the effective ratio (unit-free share).
 
 Strong negative transfer can push ``rt`` to or below zero, where the law is undefined.
-``s * (softplus(rt / s) + 1e-3)`` equals ``rt`` to within ``1e-3 s`` for ``rt >> s`` and never
-falls below ``1e-3 s``, so it stays positive, differentiable and finite in log space: the
+``max(s * softplus(rt / s), 1e-3 s)`` equals ``rt`` to within ``s exp(-rt / s)`` (below double
+precision for shares above 1e-3) and never falls below ``1e-3 s``, so it stays positive and
+finite in log space (its gradient vanishes only far below zero): the
 sampler never sees NaN or infinity, and such parameter values get a very large (finite)
 predicted loss instead.
 """
@@ -179,7 +180,7 @@ def log_loss(
     """
     D = jnp.asarray(D)
     rt = effective_ratio(r, D, b, k, eta)
-    rt = RT_FLOOR_SCALE * (jax.nn.softplus(rt / RT_FLOOR_SCALE) + 1e-3)
+    rt = jnp.maximum(RT_FLOOR_SCALE * jax.nn.softplus(rt / RT_FLOOR_SCALE), 1e-3 * RT_FLOOR_SCALE)
     log_effective_tokens = jnp.log(D)[..., None] + jnp.log(rt)
     return jnp.logaddexp(log_B - beta * log_effective_tokens, log_E)
 
@@ -233,13 +234,9 @@ def to_reference_units(params: LawParams, d_ref: float) -> LawParams:
 
     ``log_B' = log_B - beta log(d_ref)`` and ``k' = k / d_ref``; everything else is unit-free.
     """
-    return params._replace(
-        log_B=params.log_B - params.beta * jnp.log(d_ref), k=params.k / d_ref
-    )
+    return params._replace(log_B=params.log_B - params.beta * jnp.log(d_ref), k=params.k / d_ref)
 
 
 def from_reference_units(params: LawParams, d_ref: float) -> LawParams:
     """Inverse of :func:`to_reference_units`: back to budgets in tokens."""
-    return params._replace(
-        log_B=params.log_B + params.beta * jnp.log(d_ref), k=params.k * d_ref
-    )
+    return params._replace(log_B=params.log_B + params.beta * jnp.log(d_ref), k=params.k * d_ref)

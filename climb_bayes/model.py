@@ -90,9 +90,7 @@ def pair_labels(languages: tuple[str, ...] | list[str]) -> list[str]:
     return [f"{languages[s]}->{languages[t]}" for s, t in zip(src, tgt, strict=True)]
 
 
-def prior_locations(
-    runs: RunsData, priors: Priors
-) -> tuple[np.ndarray, np.ndarray]:
+def prior_locations(runs: RunsData, priors: Priors) -> tuple[np.ndarray, np.ndarray]:
     """Per-language prior locations of ``log_A`` and ``log_E`` (resolving ``"auto"``)."""
     m = runs.n_languages
     med = np.array(

@@ -81,8 +81,11 @@ def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
         "kappa_offdiag": np.zeros(p),
     }
     if priors.hierarchical_transfer:
-        centre |= {"mu_b": np.zeros(()), "tau_b": np.asarray(priors.transfer_scale / 2),
-                   "b_z": np.zeros(p)}
+        centre |= {
+            "mu_b": np.zeros(()),
+            "tau_b": np.asarray(priors.transfer_scale / 2),
+            "b_z": np.zeros(p),
+        }
     else:
         centre["b_offdiag"] = np.zeros(p)
     return centre
@@ -100,8 +103,7 @@ def _jittered_inits(
         "b_z": 1.0,
         "mu_b": priors.transfer_scale,
     }
-    log_spread = {"beta": priors.beta_log_sd, "eta": priors.eta_log_sd, "sigma": 0.5,
-                  "tau_b": 0.5}
+    log_spread = {"beta": priors.beta_log_sd, "eta": priors.eta_log_sd, "sigma": 0.5, "tau_b": 0.5}
     out = {}
     for i, (name, value) in enumerate(sorted(base.items())):
         value = np.asarray(value, float)
@@ -117,7 +119,7 @@ def run_nuts(
     key: jax.Array,
     data: ModelData,
     priors: Priors,
-    config: NutsConfig = NutsConfig(),
+    config: NutsConfig | None = None,
     point: PointFit | None = None,
 ) -> MCMC:
     """Run NUTS on the CLIMB model and return the NumPyro ``MCMC`` object.
@@ -135,6 +137,7 @@ def run_nuts(
     point : PointFit, optional
         Needed for ``init="map"`` (chains start jittered around the point fit).
     """
+    config = config or NutsConfig()
     config.check()
     init_key, run_key = jax.random.split(key)
     if config.init == "median":
@@ -149,8 +152,11 @@ def run_nuts(
             if priors.hierarchical_transfer:
                 b = base.pop("b_offdiag")
                 mu, tau = float(np.mean(b)), float(np.std(b))
-                base |= {"mu_b": np.asarray(mu), "tau_b": np.asarray(max(tau, 1e-3)),
-                         "b_z": (b - mu) / max(tau, 1e-3)}
+                base |= {
+                    "mu_b": np.asarray(mu),
+                    "tau_b": np.asarray(max(tau, 1e-3)),
+                    "b_z": (b - mu) / max(tau, 1e-3),
+                }
         else:
             base = prior_centre(data, priors)
         base = _sampler_coordinates(base)

@@ -50,9 +50,7 @@ class TrueParams:
 
     def law(self) -> LawParams:
         """As :class:`~climb_bayes.law.LawParams` (float64 NumPy arrays)."""
-        return LawParams(
-            np.log(self.B), self.beta, np.log(self.E), self.b, self.k, self.eta
-        )
+        return LawParams(np.log(self.B), self.beta, np.log(self.E), self.b, self.k, self.eta)
 
     def to_json(self) -> str:
         """JSON document (read back by :meth:`from_json`)."""
@@ -166,8 +164,14 @@ def prior_params(
     red = loc if priors.reducible_loc == "auto" else np.full(m, float(priors.reducible_loc))
     irr = loc if priors.irreducible_loc == "auto" else np.full(m, float(priors.irreducible_loc))
     data = ModelData(
-        np.full((1, m), 1.0 / m), np.ones(1), np.zeros(1, np.int32), np.zeros(1, np.int32),
-        np.zeros(1), red, irr, float(d_ref),
+        np.full((1, m), 1.0 / m),
+        np.ones(1),
+        np.zeros(1, np.int32),
+        np.zeros(1, np.int32),
+        np.zeros(1),
+        red,
+        irr,
+        float(d_ref),
     )
     draw = Predictive(climb_model, num_samples=1)(key, data, priors, observed=False)
     g = {k: np.asarray(v[0], dtype=float) for k, v in draw.items()}

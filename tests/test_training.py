@@ -364,6 +364,7 @@ def test_rerun_skips_finished_and_loses_none(corpus, tokenizer_dir, tmp_path):
     out = tmp_path / "out"
     first = _sweep(plan, corpus, out, tokenizer_dir, max_runs=1)
     assert (first.finished, first.pending) == (1, 1)
+    assert {r["run_id"] for r in csv.DictReader(open(first.table))} == {"a"}  # finished only
     second = _sweep(plan, corpus, out, tokenizer_dir)
     assert (second.trained, second.skipped, second.finished) == (1, 1, 2)
     table = second.table.read_text()

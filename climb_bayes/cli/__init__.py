@@ -19,16 +19,49 @@ import click
 __all__ = ["main", "cli", "COMMANDS"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "fit": ("climb_bayes.cli.fit_cmd:fit", "Fit the CLIMB law to a runs table (NUTS or point fit)."),
-    "summary": ("climb_bayes.cli.fit_cmd:summary", "Print the parameter table and diagnostics of a fit."),
-    "priors": ("climb_bayes.cli.priors_cmd:priors", "Print the default priors as TOML (with reasons)."),
-    "simulate": ("climb_bayes.cli.simulate_cmd:simulate", "Simulate a runs table on the Algorithm-1 design."),
-    "predict": ("climb_bayes.cli.predict_cmd:predict", "Credible intervals on loss at any budget and mixture."),
-    "optimize": ("climb_bayes.cli.optimize_cmd:optimize", "Optimal mixture as a posterior distribution."),
-    "plan": ("climb_bayes.cli.plan_cmd:plan", "Write the Algorithm-1 run list (plan CSV) for training."),
-    "suggest": ("climb_bayes.cli.suggest_cmd:suggest", "Rank candidate next runs by expected information."),
-    "evaluate": ("climb_bayes.cli.evaluate_cmd:evaluate", "Score laws on held-out runs (R², Huber, coverage...)."),
-    "train": ("training.cli:train", "Train the runs of a plan with Hugging Face models ([train] extra)."),
+    "fit": (
+        "climb_bayes.cli.fit_cmd:fit",
+        "Fit the CLIMB law to a runs table (NUTS or point fit).",
+    ),
+    "summary": (
+        "climb_bayes.cli.fit_cmd:summary",
+        "Print the parameter table and diagnostics of a fit.",
+    ),
+    "priors": (
+        "climb_bayes.cli.priors_cmd:priors",
+        "Print the default priors as TOML (with reasons).",
+    ),
+    "simulate": (
+        "climb_bayes.cli.simulate_cmd:simulate",
+        "Simulate a runs table on the Algorithm-1 design.",
+    ),
+    "predict": (
+        "climb_bayes.cli.predict_cmd:predict",
+        "Credible intervals on loss at any budget and mixture.",
+    ),
+    "optimize": (
+        "climb_bayes.cli.optimize_cmd:optimize",
+        "Optimal mixture as a posterior distribution.",
+    ),
+    "plan": (
+        "climb_bayes.cli.plan_cmd:plan",
+        "Write the Algorithm-1 run list (plan CSV) for training.",
+    ),
+    "suggest": (
+        "climb_bayes.cli.suggest_cmd:suggest",
+        "Rank candidate next runs by expected information.",
+    ),
+    "evaluate": (
+        "climb_bayes.cli.evaluate_cmd:evaluate",
+        "Score laws on held-out runs (R², Huber, coverage...).",
+    ),
+    "robustness": (
+        "climb_bayes.cli.robustness_cmd:robustness",
+        "How r* and intervals move under other priors, data, likelihoods.",
+    ),
+    "plot": ("climb_bayes.cli.plot_cmd:plot", "Plots of a fit (PNG/SVG)."),
+    "report": ("climb_bayes.cli.report_cmd:report", "One self-contained HTML report of a fit."),
+    "train": ("training.cli:train", "Train the runs of a plan with Hugging Face ([train] extra)."),
 }
 
 
@@ -48,8 +81,12 @@ class LazyGroup(click.Group):
         except ModuleNotFoundError as exc:
             missing = exc.name or ""
             if name == "train" or missing.split(".")[0] in {"torch", "transformers", "tokenizers"}:
-                return _unavailable(name, help_text, f"needs the [train] extra ({exc}). Install "
-                                    "it with: pip install torch==2.13.0 && pip install -e '.[train]'")
+                return _unavailable(
+                    name,
+                    help_text,
+                    f"needs the [train] extra ({exc}). Install "
+                    "it with: pip install torch==2.13.0 && pip install -e '.[train]'",
+                )
             if missing.startswith("climb_bayes"):
                 return _unavailable(name, help_text, "is not available in this version.")
             raise

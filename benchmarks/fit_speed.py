@@ -1,0 +1,78 @@
+"""NUTS fit speed on the Algorithm-1 design with curves (prints a markdown table).
+
+Usage::
+
+    python benchmarks/fit_speed.py                      # 5 and 16 languages, 2000 draws, 4 chains
+    python benchmarks/fit_speed.py --languages 5 --samples 1000 --warmup 500
+
+For each size: wall time of the first run (includes JAX compilation), compile time
+(estimated as first minus a second run with the same shapes when ``--repeat``), minimum bulk
+ESS over latent parameters, ESS per second, max R-hat, divergences and tree-depth hits.
+Target on the 2-core machine (issue 2): 16 languages in <= 90 s wall, every R-hat <= 1.01,
+min bulk ESS >= 400, no divergences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import climb_bayes  # noqa: F401  (x64 + host devices before JAX starts)
+from climb_bayes.design import algorithm1_design
+from climb_bayes.fitting import fit_runs
+from climb_bayes.nuts import NutsConfig
+from climb_bayes.runs import runs_from_frame
+from climb_bayes.simulate import example_params, simulate_runs
+
+LANGS16 = "de en nl es pt fr it id ja ko zh ru ar th vi tr".split()
+
+
+def bench(m: int, args: argparse.Namespace) -> dict:
+    langs = LANGS16[:m] if m <= 16 else [f"l{i}" for i in range(m)]
+    world = example_params(langs, seed=0, sigma=0.01)
+    runs = runs_from_frame(simulate_runs(world, algorithm1_design(langs, [5e9, 2.5e10]), seed=0))
+    config = NutsConfig(
+        chains=args.chains, warmup=args.warmup, samples=args.samples, progress_bar=False
+    )
+    t0 = time.perf_counter()
+    fit = fit_runs(runs, method="nuts", config=config, seed=0)
+    wall = time.perf_counter() - t0
+    compile_s = float("nan")
+    if args.repeat:
+        t1 = time.perf_counter()
+        fit_runs(runs, method="nuts", config=config, seed=1)
+        compile_s = max(wall - (time.perf_counter() - t1), 0.0)
+    d = fit.diagnostics
+    return {
+        "languages": m,
+        "params": runs.n_parameters_climb,
+        "obs": runs.n_obs,
+        "wall_s": wall,
+        "compile_s": compile_s,
+        "min_bulk_ess": d.min_ess_bulk,
+        "ess_per_s": d.min_ess_bulk / wall,
+        "max_rhat": d.max_rhat,
+        "divergences": d.divergences,
+        "treedepth_hits": d.treedepth_saturated,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--languages", default="5,16")
+    ap.add_argument("--samples", type=int, default=2000)
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--repeat", action="store_true", help="second run to separate compile time")
+    args = ap.parse_args()
+    rows = [bench(int(m), args) for m in args.languages.split(",")]
+    cols = list(rows[0])
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

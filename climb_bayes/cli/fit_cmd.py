@@ -1,0 +1,209 @@
+"""``climb-bayes fit`` and ``climb-bayes summary``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["fit", "summary"]
+
+
+def _echo(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.command()
+@click.argument("runs_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="fit.nc",
+    show_default=True,
+    help="Output NetCDF file (ArviZ DataTree).",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["nuts", "map"]),
+    default="nuts",
+    show_default=True,
+    help="Full posterior (NUTS) or the multi-start Huber point fit.",
+)
+@click.option(
+    "--samples",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="Total posterior draws over all chains.",
+)
+@click.option("--chains", type=int, default=4, show_default=True)
+@click.option("--warmup", type=int, default=1000, show_default=True)
+@click.option("--target-accept", type=float, default=0.9, show_default=True)
+@click.option("--max-tree-depth", type=int, default=10, show_default=True)
+@click.option(
+    "--init",
+    "init",
+    type=click.Choice(["prior-centre", "median", "prior", "map"]),
+    default="prior-centre",
+    show_default=True,
+    help="Initialisation of the chains.",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--priors",
+    "priors_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file overriding prior settings (see `climb-bayes priors`).",
+)
+@click.option(
+    "--likelihood",
+    type=click.Choice(["student_t", "normal"]),
+    default=None,
+    help="Likelihood on log-loss (default from priors: student_t).",
+)
+@click.option(
+    "--hierarchical-transfer/--no-hierarchical-transfer",
+    default=None,
+    help="Partial pooling of the transfer matrix b.",
+)
+@click.option(
+    "--tail-start",
+    type=float,
+    default=0.85,
+    show_default=True,
+    help="Keep curve points with tokens_seen >= this fraction of the budget.",
+)
+@click.option("--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1.")
+@click.option("--languages", default=None, help="Comma-separated subset of languages to fit.")
+@click.option(
+    "--dataset",
+    type=click.Choice(["default", "synthetic"]),
+    default=None,
+    help="Shipped dataset to fit when RUNS_FILE is omitted.",
+)
+@click.option(
+    "--strict", is_flag=True, help="Exit with code 3 if R-hat > 1.01, ESS < 400 or any divergence."
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: only on a terminal)."
+)
+def fit(
+    runs_file,
+    out,
+    method,
+    samples,
+    chains,
+    warmup,
+    target_accept,
+    max_tree_depth,
+    init,
+    seed,
+    priors_file,
+    likelihood,
+    hierarchical_transfer,
+    tail_start,
+    renormalize,
+    languages,
+    dataset,
+    strict,
+    progress,
+):
+    """Fit the CLIMB law to RUNS_FILE (CSV/Parquet; wide or long form, docs/runs-format.md).
+
+    With no RUNS_FILE the shipped default dataset is fitted. Writes OUT (default fit.nc) and
+    prints the diagnostics and a parameter summary.
+    """
+    from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
+    from climb_bayes.errors import ConvergenceError
+    from climb_bayes.fitting import fit_runs
+    from climb_bayes.nuts import NutsConfig
+    from climb_bayes.priors import load_priors
+    from climb_bayes.runs import read_runs
+
+    label = ""
+    if runs_file is None:
+        name = dataset or default_dataset()
+        runs_file = dataset_path(name)
+        label = dataset_label(name)
+        _echo(f"no runs file given: fitting the shipped '{name}' dataset ({label})")
+    langs = [s.strip() for s in languages.split(",")] if languages else None
+    runs = read_runs(runs_file, tail_start=tail_start, renormalize=renormalize, languages=langs)
+    _echo(runs.summary())
+    priors = load_priors(
+        priors_file, likelihood=likelihood, hierarchical_transfer=hierarchical_transfer
+    )
+    config = NutsConfig(
+        chains=chains,
+        warmup=warmup,
+        samples=samples,
+        target_accept=target_accept,
+        max_tree_depth=max_tree_depth,
+        init=init,
+        progress_bar=progress,
+    )
+    result = fit_runs(
+        runs, priors, method=method, config=config, seed=seed, data_label=label, log=_echo
+    )
+    result.save(out)
+    click.echo(_summary_text(result))
+    click.echo(f"\nwrote {out}")
+    diag = result.diagnostics
+    if diag is not None and not diag.ok:
+        _echo(
+            "WARNING: the sampler did not converge; do not trust these intervals yet. "
+            "Try more --warmup/--samples or a higher --target-accept."
+        )
+        if strict:
+            raise ConvergenceError(
+                "convergence checks failed (--strict): " + "; ".join(diag.problems)
+            )
+
+
+def _summary_text(result) -> str:
+    import numpy as np
+
+    lines = []
+    if result.attrs.get("data_label"):
+        lines.append(f"data: {result.attrs['data_label']}")
+    lines.append(
+        f"method: {result.method}, {result.n_draws} draw(s), d_ref = "
+        f"{result.d_ref:.3g} tokens, likelihood {result.attrs['likelihood']}"
+    )
+    if result.diagnostics is not None:
+        lines += ["", "diagnostics:", result.diagnostics.report()]
+    lines += ["", "per-language parameters (posterior median [5%, 95%]):"]
+    header = f"{'language':<10}{'B':>24}{'beta':>24}{'E':>24}{'eta':>24}"
+    lines.append(header)
+
+    def cell(x):
+        q = np.quantile(x, [0.5, 0.05, 0.95])
+        return f"{q[0]:.3g} [{q[1]:.3g}, {q[2]:.3g}]".rjust(24)
+
+    B, beta, E, eta = (result.draws(n) for n in ("B", "beta", "E", "eta"))
+    for i, lang in enumerate(result.languages):
+        lines.append(f"{lang:<10}{cell(B[:, i])}{cell(beta[:, i])}{cell(E[:, i])}{cell(eta[:, i])}")
+    b = result.draws("b")
+    med = np.median(b, axis=0)
+    lines += ["", "transfer b[source -> target] (posterior median; rows = source):"]
+    lines.append(" " * 10 + "".join(f"{t:>9}" for t in result.languages))
+    for j, src in enumerate(result.languages):
+        row = "".join(
+            f"{'-':>9}" if i == j else f"{med[j, i]:9.3f}" for i in range(len(result.languages))
+        )
+        lines.append(f"{src:<10}{row}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("fit_file", type=click.Path(dir_okay=False, path_type=Path))
+def summary(fit_file):
+    """Print the diagnostics and parameter summary of FIT_FILE."""
+    from climb_bayes.fitresult import load_fit
+
+    click.echo(_summary_text(load_fit(fit_file)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(fit())

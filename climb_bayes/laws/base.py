@@ -1,0 +1,666 @@
+"""The interface every mixture law implements, and generic MAP / NUTS fitting of any law.
+
+A *law* predicts the validation loss of each group (language or domain) ``i`` from the mixture
+``r`` (shares of the training budget, on the simplex) and the budget ``D``. To add one, write a
+module with a frozen dataclass subclassing :class:`Law` that defines
+
+* ``name`` (class attribute) and ``zero_share_ok`` (can it predict the loss of a group that got
+  no training data, ``r_i = 0``?);
+* :meth:`Law.param_specs` -- parameter names, shapes and constraints for ``m`` groups;
+* :meth:`Law.log_loss` -- a pure ``jax.numpy`` function of the parameters, ``r`` and ``d``
+  (budget in reference units) returning ``log L`` for every group;
+* :meth:`Law.init` -- a starting point derived from the data;
+* :meth:`Law.priors` -- NumPyro distributions of the parameters (used by NUTS);
+
+and register it in :mod:`climb_bayes.laws.registry`. :func:`fit_map` (multi-start L-BFGS on the
+Huber loss of log-loss) and :func:`fit_nuts` then work unchanged; a law may override
+:meth:`Law.fit` (CLIMB does, to reuse :func:`climb_bayes.fitting.fit_runs`). See
+``docs/laws.md``.
+
+Units
+-----
+Losses in nats/token; ``d = tokens / d_ref`` where ``d_ref`` is a power of ten near the
+geometric mean of the fitted budgets (:func:`climb_bayes.model.reference_budget`), so budget
+parameters are O(1). Noise ``sigma`` is on log-loss.
+
+References
+----------
+.. [1] Hoffmann et al. (2022), Appendix D.2 (Huber fit of log-loss with L-BFGS).
+.. [2] Besiroglu et al. (2024), "Chinchilla Scaling: A replication attempt" (delta = 1e-3).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from climb_bayes.errors import ClimbError
+from climb_bayes.model import reference_budget
+from climb_bayes.point_fit import HUBER_DELTA, huber, multistart_lbfgs
+from climb_bayes.priors import Priors
+from climb_bayes.runs import RunsData
+
+__all__ = [
+    "ParamSpec",
+    "Observations",
+    "Law",
+    "LawFit",
+    "FitOptions",
+    "fit_map",
+    "fit_nuts",
+    "predict_draws",
+    "median_loss",
+    "check_groups",
+]
+
+Params = Mapping[str, jax.Array]
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Flat list of loss observations, with the runs (mixture, budget) they come from.
+
+    Unlike :class:`~climb_bayes.runs.RunsData` this may hold losses of groups with zero share
+    (``r_i = 0``): laws with ``zero_share_ok`` can fit and predict those. Runs without any
+    observation may be present (e.g. after :meth:`select`); they are ignored.
+
+    Attributes
+    ----------
+    groups : tuple of str
+        The ``m`` group names (languages or domains).
+    run_ids : tuple of str
+        Run names.
+    run_r : numpy.ndarray
+        ``(n_runs, m)`` mixture of each run (rows sum to 1).
+    run_budget : numpy.ndarray
+        ``(n_runs,)`` total budget of each run (tokens).
+    run : numpy.ndarray
+        ``(N,)`` run index of each observation.
+    tokens : numpy.ndarray
+        ``(N,)`` tokens seen at the observation (the ``D`` the law is evaluated at).
+    group : numpy.ndarray
+        ``(N,)`` group index of each observation.
+    loss : numpy.ndarray
+        ``(N,)`` observed loss (nats/token, > 0).
+    """
+
+    groups: tuple[str, ...]
+    run_ids: tuple[str, ...]
+    run_r: np.ndarray
+    run_budget: np.ndarray
+    run: np.ndarray
+    tokens: np.ndarray
+    group: np.ndarray
+    loss: np.ndarray
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "groups", tuple(str(g) for g in self.groups))
+        set_(self, "run_ids", tuple(str(x) for x in self.run_ids))
+        for name, dtype in (
+            ("run_r", float),
+            ("run_budget", float),
+            ("run", np.int64),
+            ("tokens", float),
+            ("group", np.int64),
+            ("loss", float),
+        ):
+            set_(self, name, np.asarray(getattr(self, name), dtype=dtype))
+        n = self.loss.shape[0]
+        if not (self.run.shape == self.tokens.shape == self.group.shape == (n,)):
+            raise ValueError("Observations: run, tokens, group and loss must have equal length")
+        if self.run_r.shape != (len(self.run_ids), len(self.groups)):
+            raise ValueError("Observations: run_r must have shape (n_runs, m)")
+        if n and (np.any(self.loss <= 0) or not np.all(np.isfinite(self.loss))):
+            raise ValueError("Observations: losses must be finite and > 0")
+
+    @property
+    def m(self) -> int:
+        """Number of groups."""
+        return len(self.groups)
+
+    @property
+    def n(self) -> int:
+        """Number of observations."""
+        return int(self.loss.shape[0])
+
+    @property
+    def r(self) -> np.ndarray:
+        """``(N, m)`` mixture of each observation's run."""
+        return self.run_r[self.run]
+
+    @property
+    def zero_share(self) -> np.ndarray:
+        """``(N,)`` True where the observed group had share 0 in the run."""
+        return self.r[np.arange(self.n), self.group] == 0
+
+    @property
+    def log_loss(self) -> np.ndarray:
+        """``(N,)`` log of the observed losses."""
+        return np.log(self.loss)
+
+    @classmethod
+    def from_runs(cls, runs: RunsData) -> Observations:
+        """The observations of a validated runs table (zero-share losses are already left out)."""
+        return cls(
+            groups=runs.languages,
+            run_ids=runs.run_ids,
+            run_r=runs.run_proportions,
+            run_budget=runs.run_budgets,
+            run=runs.obs_run,
+            tokens=runs.obs_tokens,
+            group=runs.obs_language,
+            loss=runs.obs_loss,
+        )
+
+    def select(self, mask: np.ndarray) -> Observations:
+        """Keep the observations where ``mask`` (``(N,)`` bool) is True; runs are kept."""
+        mask = np.asarray(mask, dtype=bool)
+        return Observations(
+            self.groups,
+            self.run_ids,
+            self.run_r,
+            self.run_budget,
+            self.run[mask],
+            self.tokens[mask],
+            self.group[mask],
+            self.loss[mask],
+        )
+
+    def select_runs(self, run_mask: np.ndarray) -> Observations:
+        """Keep the observations of the runs where ``run_mask`` (``(n_runs,)`` bool) is True."""
+        run_mask = np.asarray(run_mask, dtype=bool)
+        return self.select(run_mask[self.run])
+
+    def positive_share(self) -> Observations:
+        """Only the observations whose group had a positive share."""
+        return self.select(~self.zero_share)
+
+    def to_runs(self, source: str = "<observations>") -> RunsData:
+        """A :class:`RunsData` with one evaluation point per (run, tokens) (wide-like).
+
+        Zero-share losses are dropped (and counted), runs without observations are left out.
+        """
+        keys = np.unique(np.stack([self.run, self.tokens]).T, axis=0) if self.n else None
+        if keys is None:
+            raise ClimbError("no observations to fit")
+        used = np.unique(keys[:, 0].astype(np.int64))
+        new_of_old = np.full(len(self.run_ids), -1, dtype=np.int64)
+        new_of_old[used] = np.arange(used.size)
+        point_run = new_of_old[keys[:, 0].astype(np.int64)]
+        point_tokens = keys[:, 1]
+        point_loss = np.full((keys.shape[0], self.m), np.nan)
+        lookup = {(int(r), float(t)): i for i, (r, t) in enumerate(keys)}
+        for run, tok, g, loss in zip(self.run, self.tokens, self.group, self.loss, strict=True):
+            point_loss[lookup[(int(run), float(tok))], g] = loss
+        return RunsData.from_arrays(
+            self.groups,
+            [self.run_ids[i] for i in used],
+            self.run_r[used],
+            self.run_budget[used],
+            point_run,
+            point_tokens,
+            point_loss,
+            source=source,
+            form="wide" if np.allclose(point_tokens, self.run_budget[used][point_run]) else "long",
+            tail_start=1.0,
+        )
+
+
+def median_loss(obs: Observations) -> np.ndarray:
+    """``(m,)`` median observed loss per group (1.0 for a group without observations)."""
+    return np.array(
+        [np.median(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0 for g in
+         range(obs.m)]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The interface
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """Shape and constraint of one parameter.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Array shape for the given number of groups.
+    positive : bool
+        Constrained to ``> 0`` (optimised on its log).
+    spread : float
+        Scale of the random perturbation of the unconstrained value for extra L-BFGS starts.
+    """
+
+    shape: tuple[int, ...]
+    positive: bool = False
+    spread: float = 0.5
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Settings shared by every law's fit.
+
+    Attributes
+    ----------
+    seed : int
+        Seed of the random starts and of NUTS.
+    n_starts : int
+        L-BFGS starts of MAP fits.
+    delta : float
+        Huber threshold on log-loss residuals.
+    chains, warmup, samples : int
+        NUTS settings (``samples`` is the total kept over all chains).
+    target_accept : float
+        NUTS target acceptance.
+    priors : Priors
+        CLIMB priors; other laws take their likelihood, Student-t df and noise scale from it.
+    """
+
+    seed: int = 0
+    n_starts: int = 8
+    delta: float = HUBER_DELTA
+    chains: int = 2
+    warmup: int = 500
+    samples: int = 1000
+    target_accept: float = 0.9
+    priors: Priors = field(default_factory=Priors)
+
+
+@dataclass(frozen=True)
+class Law:
+    """Base class of a mixture law (see the module docstring for what to implement)."""
+
+    name: ClassVar[str] = "law"
+    description: ClassVar[str] = ""
+    zero_share_ok: ClassVar[bool] = False
+    """Whether the law predicts a finite loss for a group with share ``r_i = 0``."""
+
+    def param_specs(self, m: int) -> dict[str, ParamSpec]:
+        """Parameters for ``m`` groups, in packing order."""
+        raise NotImplementedError
+
+    def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
+        """``log L`` for every group: ``r`` (..., m), ``d`` (...) reference units -> (..., m)."""
+        raise NotImplementedError
+
+    def init(self, obs: Observations) -> dict[str, np.ndarray]:
+        """A starting point (constrained values) from the data, reference units."""
+        raise NotImplementedError
+
+    def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
+        """NumPyro distribution of each parameter (batch shape = parameter shape)."""
+        raise NotImplementedError
+
+    def prepare(self, obs: Observations) -> Law:
+        """Resolve data-dependent options (e.g. a budget term only with several budgets)."""
+        return self
+
+    def n_params(self, m: int) -> int:
+        """Number of scalar parameters for ``m`` groups (noise excluded)."""
+        return int(sum(math.prod(s.shape) for s in self.param_specs(m).values()))
+
+    def fit(self, obs: Observations, method: str = "map", options: FitOptions | None = None,
+            log: Callable[[str], None] | None = None) -> LawFit:
+        """Fit to ``obs`` (``method`` "map" or "nuts"); observations it cannot explain (zero
+        share, unless ``zero_share_ok``) are left out first."""
+        options = options or FitOptions()
+        law = self.prepare(obs)
+        if method == "map":
+            return fit_map(law, obs, options, log=log)
+        if method == "nuts":
+            return fit_nuts(law, obs, options, log=log)
+        raise ClimbError(f"--method must be 'map' or 'nuts', got {method!r}.")
+
+    # -- packing ----------------------------------------------------------------------------
+    def pack(self, values: Mapping[str, np.ndarray], m: int) -> np.ndarray:
+        """Flatten constrained values into one unconstrained vector."""
+        parts = []
+        for name, spec in self.param_specs(m).items():
+            v = np.broadcast_to(np.asarray(values[name], dtype=float), spec.shape)
+            parts.append((np.log(v) if spec.positive else v).ravel())
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def unpack(self, theta: jax.Array, m: int) -> dict[str, jax.Array]:
+        """Inverse of :meth:`pack` (JAX-traceable)."""
+        out, i = {}, 0
+        for name, spec in self.param_specs(m).items():
+            size = math.prod(spec.shape)
+            v = theta[i : i + size].reshape(spec.shape)
+            out[name] = jnp.exp(v) if spec.positive else v
+            i += size
+        return out
+
+    def spreads(self, m: int) -> np.ndarray:
+        """Per-coordinate start perturbation scales (unconstrained)."""
+        return np.concatenate(
+            [np.full(math.prod(s.shape), s.spread) for s in self.param_specs(m).values()]
+        )
+
+    def usable(self, obs: Observations) -> Observations:
+        """The observations this law can explain (drops zero-share ones unless allowed)."""
+        return obs if self.zero_share_ok else obs.positive_share()
+
+
+# --------------------------------------------------------------------------------------------
+# Fitted law
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LawFit:
+    """A fitted law: parameter draws (one for MAP), noise, and what is needed to predict.
+
+    Attributes
+    ----------
+    law : Law
+        The (prepared) law.
+    groups : tuple of str
+        Group names.
+    d_ref : float
+        Reference budget (tokens) of ``d`` in :meth:`Law.log_loss`.
+    method : str
+        ``"map"`` or ``"nuts"``.
+    draws : dict of str to numpy.ndarray
+        Parameter draws, each ``(S, *shape)`` (``S = 1`` for MAP), reference units.
+    sigma : numpy.ndarray
+        ``(S, m)`` noise sd on log-loss (robust MAD of residuals for MAP).
+    likelihood : str
+        ``"normal"`` or ``"student_t"``: the predictive noise distribution.
+    student_df : float
+        Degrees of freedom when ``likelihood == "student_t"``.
+    info : dict
+        Fit details (objective, starts, time, diagnostics, number of observations); plain
+        JSON-able values.
+    native : object
+        The underlying fit object where there is one (CLIMB: :class:`climb_bayes.fitresult.Fit`).
+    """
+
+    law: Law
+    groups: tuple[str, ...]
+    d_ref: float
+    method: str
+    draws: dict[str, np.ndarray]
+    sigma: np.ndarray
+    likelihood: str = "normal"
+    student_df: float = 4.0
+    info: dict[str, Any] = field(default_factory=dict)
+    native: Any = None
+
+    @property
+    def n_draws(self) -> int:
+        """Number of parameter draws."""
+        return int(self.sigma.shape[0])
+
+    def predict_log_loss(self, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Law prediction of ``log L`` per draw: ``r`` (..., m), ``tokens`` (...) -> (S, ..., m)."""
+        return predict_draws(self.law, self.draws, np.asarray(r, float),
+                             np.asarray(tokens, float) / self.d_ref)
+
+    def predict_obs(self, obs: Observations) -> np.ndarray:
+        """``(S, N)`` predicted ``log L`` at each observation."""
+        full = self.predict_log_loss(obs.r, obs.tokens)
+        return full[:, np.arange(obs.n), obs.group]
+
+    def point_log(self, obs: Observations) -> np.ndarray:
+        """``(N,)`` point prediction of ``log L``: mean over draws of the law's prediction."""
+        return self.predict_obs(obs).mean(axis=0)
+
+    def log_likelihood(self, obs: Observations) -> np.ndarray:
+        """``(S, N)`` log density of each observed ``log L`` under each draw."""
+        import scipy.stats
+
+        mu = self.predict_obs(obs)
+        s = self.sigma[:, obs.group]
+        y = obs.log_loss[None, :]
+        if self.likelihood == "student_t":
+            return scipy.stats.t.logpdf(y, self.student_df, loc=mu, scale=s)
+        return scipy.stats.norm.logpdf(y, loc=mu, scale=s)
+
+    def predictive_samples(
+        self, obs: Observations, n_samples: int = 1000, seed: int = 0
+    ) -> np.ndarray:
+        """``(n_samples, N)`` posterior-predictive samples of ``log L`` (law + noise).
+
+        Draws are cycled when there are fewer than ``n_samples`` (a MAP fit repeats its single
+        draw, giving a plug-in predictive with noise only).
+        """
+        mu = self.predict_obs(obs)
+        rng = np.random.default_rng(seed)
+        idx = np.arange(n_samples) % mu.shape[0] if mu.shape[0] < n_samples else (
+            np.sort(rng.choice(mu.shape[0], n_samples, replace=False))
+        )
+        s = self.sigma[idx][:, obs.group]
+        if self.likelihood == "student_t":
+            eps = rng.standard_t(self.student_df, size=(n_samples, obs.n))
+        else:
+            eps = rng.standard_normal((n_samples, obs.n))
+        return mu[idx] + s * eps
+
+
+def predict_draws(law: Law, draws: Mapping[str, np.ndarray], r: np.ndarray, d: np.ndarray
+                  ) -> np.ndarray:
+    """Evaluate ``law.log_loss`` for every draw: ``(S, ..., m)``.
+
+    Parameters
+    ----------
+    law : Law
+        The law.
+    draws : mapping of str to array (S, ...)
+        Parameter draws.
+    r : array (..., m)
+        Mixtures.
+    d : array (...)
+        Budgets in reference units.
+    """
+    names = list(draws)
+    arrays = [jnp.asarray(draws[k]) for k in names]
+
+    def one(*vals: jax.Array) -> jax.Array:
+        return law.log_loss(dict(zip(names, vals, strict=True)), jnp.asarray(r), jnp.asarray(d))
+
+    return np.asarray(jax.jit(jax.vmap(one))(*arrays))
+
+
+# --------------------------------------------------------------------------------------------
+# Generic fits
+# --------------------------------------------------------------------------------------------
+
+
+def _mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:
+    sigma = np.empty(m)
+    for g in range(m):
+        rg = resid[group == g]
+        mad = 1.4826 * np.median(np.abs(rg - np.median(rg))) if rg.size else 0.0
+        sigma[g] = max(mad, 1e-4)
+    return sigma
+
+
+def fit_map(
+    law: Law,
+    obs: Observations,
+    options: FitOptions | None = None,
+    *,
+    d_ref: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> LawFit:
+    """Multi-start L-BFGS fit of any law on the summed Huber loss of log-loss residuals.
+
+    Parameters
+    ----------
+    law : Law
+        A prepared law.
+    obs : Observations
+        Data (reduced to :meth:`Law.usable`).
+    options : FitOptions, optional
+        ``n_starts``, ``seed``, ``delta``.
+    d_ref : float, optional
+        Reference budget (from the data by default).
+    log : callable, optional
+        Progress lines.
+
+    Returns
+    -------
+    LawFit
+        One draw; ``sigma`` is the per-group MAD of the residuals; predictive noise Normal.
+
+    References
+    ----------
+    .. [1] Hoffmann et al. (2022), Appendix D.2.
+    .. [2] Besiroglu et al. (2024).
+    """
+    options = options or FitOptions()
+    log = log or (lambda _msg: None)
+    obs = law.usable(obs)
+    if obs.n == 0:
+        raise ClimbError(f"law {law.name!r}: no observations it can fit.")
+    m = obs.m
+    d_ref = reference_budget(obs.tokens) if d_ref is None else float(d_ref)
+    r = jnp.asarray(obs.r)
+    d = jnp.asarray(obs.tokens / d_ref)
+    idx = jnp.arange(obs.n)
+    gi = jnp.asarray(obs.group)
+    y = jnp.asarray(obs.log_loss)
+
+    def objective(theta: jax.Array) -> jax.Array:
+        pred = law.log_loss(law.unpack(theta, m), r, d)[idx, gi]
+        return jnp.sum(huber(pred - y, options.delta))
+
+    x0 = law.pack(law.init(obs), m)
+    rng = np.random.default_rng(options.seed)
+    noise = rng.standard_normal((max(options.n_starts - 1, 0), x0.size))
+    starts = np.vstack([x0[None], x0 + law.spreads(m) * noise])
+    t0 = time.perf_counter()
+    res = multistart_lbfgs(objective, starts)
+    seconds = time.perf_counter() - t0
+    log(f"{law.name}: MAP objective {res.fun:.4g} ({res.n_converged}/{res.n_starts} starts "
+        f"converged, {seconds:.1f} s)")
+    values = {k: np.asarray(v)[None] for k, v in law.unpack(jnp.asarray(res.x), m).items()}
+    fit = LawFit(law, obs.groups, d_ref, "map", values, np.ones((1, m)), "normal")
+    resid = fit.predict_obs(obs)[0] - obs.log_loss
+    fit.sigma = _mad_sigma(resid, obs.group, m)[None]
+    fit.info = {
+        "objective": float(res.fun),
+        "starts": f"{res.n_converged}/{res.n_starts} converged",
+        "seconds": seconds,
+        "n_fit": obs.n,
+        "n_params": law.n_params(m),
+    }
+    return fit
+
+
+def _numpyro_model(law: Law, prior_dists: dict[str, Any], group: np.ndarray, m: int,
+                   priors: Priors, r: jax.Array, d: jax.Array, y: jax.Array | None) -> None:
+    import numpyro
+    import numpyro.distributions as dist
+
+    params = {}
+    for name, dst in prior_dists.items():
+        params[name] = numpyro.sample(name, dst.to_event(len(dst.batch_shape)))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale).expand([m]).to_event(1))
+    pred = law.log_loss(params, r, d)[jnp.arange(group.shape[0]), group]
+    scale = sigma[group]
+    if priors.likelihood == "normal":
+        noise = dist.Normal(pred, scale)
+    else:
+        noise = dist.StudentT(priors.student_df, pred, scale)
+    numpyro.sample("y", noise.to_event(1), obs=y)
+
+
+def fit_nuts(
+    law: Law,
+    obs: Observations,
+    options: FitOptions | None = None,
+    *,
+    d_ref: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> LawFit:
+    """Posterior of any law with NUTS (for small models), started at the MAP fit.
+
+    The likelihood on log-loss (Normal or Student-t), its degrees of freedom and the
+    HalfNormal scale of the per-group noise come from ``options.priors`` (the CLIMB model's
+    settings), so laws are compared under the same noise model.
+
+    Parameters
+    ----------
+    law : Law
+        A prepared law.
+    obs : Observations
+        Data (reduced to :meth:`Law.usable`).
+    options : FitOptions, optional
+        Chains, warm-up, samples, seed.
+    d_ref : float, optional
+        Reference budget.
+    log : callable, optional
+        Progress lines.
+
+    Returns
+    -------
+    LawFit
+        ``S = samples`` draws; ``info`` has divergences, max R-hat and min bulk ESS.
+
+    References
+    ----------
+    .. [1] Hoffman & Gelman (2014), "The No-U-Turn Sampler".
+    """
+    from numpyro.diagnostics import summary
+    from numpyro.infer import MCMC, NUTS, init_to_value
+
+    options = options or FitOptions()
+    log = log or (lambda _msg: None)
+    obs = law.usable(obs)
+    point = fit_map(law, obs, options, d_ref=d_ref, log=log)
+    d_ref = point.d_ref
+    m = obs.m
+    dists = law.priors(obs, options.priors)
+    start = {k: jnp.asarray(v[0]) for k, v in point.draws.items()}
+    start["sigma"] = jnp.asarray(np.maximum(point.sigma[0], 1e-3))
+    model = functools.partial(_numpyro_model, law, dists, np.asarray(obs.group), m,
+                              options.priors)
+    kernel = NUTS(model, init_strategy=init_to_value(values=start),
+                  target_accept_prob=options.target_accept)
+    chains = max(options.chains, 1)
+    method = "parallel" if jax.local_device_count() >= chains else "vectorized"
+    mcmc = MCMC(kernel, num_warmup=options.warmup, num_samples=-(-options.samples // chains),
+                num_chains=chains, chain_method=method, progress_bar=False)
+    t0 = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(options.seed), jnp.asarray(obs.r),
+             jnp.asarray(obs.tokens / d_ref), jnp.asarray(obs.log_loss),
+             extra_fields=("diverging",))
+    seconds = time.perf_counter() - t0
+    grouped = mcmc.get_samples(group_by_chain=True)
+    stats = summary({k: np.asarray(v) for k, v in grouped.items()}, group_by_chain=True)
+    rhat = max(float(np.nanmax(s["r_hat"])) for s in stats.values())
+    ess = min(float(np.nanmin(s["n_eff"])) for s in stats.values())
+    div = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
+    log(f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
+        f"max R-hat {rhat:.3f}, min ESS {ess:.0f}")
+    flat = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
+    sigma = flat.pop("sigma")
+    return LawFit(
+        law, obs.groups, d_ref, "nuts", flat, sigma, options.priors.likelihood,
+        options.priors.student_df,
+        info={"seconds": seconds, "divergences": div, "max_rhat": rhat, "min_ess": ess,
+              "n_fit": obs.n, "n_params": law.n_params(m)},
+    )
+
+
+def check_groups(names: Sequence[str]) -> None:
+    """Raise :class:`ClimbError` when group names repeat."""
+    if len(set(names)) != len(names):
+        raise ClimbError(f"group names must be distinct, got {', '.join(names)}")

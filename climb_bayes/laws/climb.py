@@ -1,0 +1,111 @@
+"""CLIMB as a :class:`~climb_bayes.laws.base.Law`: an adapter around the core model.
+
+Predictions use :func:`climb_bayes.law.log_loss`; fitting delegates to
+:func:`climb_bayes.fitting.fit_runs` (the multi-start Huber point fit for ``"map"``, the NumPyro
+model with its priors for ``"nuts"``), so the evaluation scores exactly what ``climb-bayes fit``
+produces.
+
+Units
+-----
+Reference units: ``d = D / d_ref`` with the fit's ``d_ref``; ``log_B`` and ``k`` are converted
+with :func:`climb_bayes.law.to_reference_units`.
+
+References
+----------
+.. [1] Guo et al. (2025), "CLIMB", Eq. (4)-(6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import numpy as np
+
+from climb_bayes.law import LawParams, log_loss, to_reference_units
+from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations, ParamSpec, Params
+from climb_bayes.laws.isolated import IsolatedLaw
+from climb_bayes.priors import Priors
+
+__all__ = ["ClimbLaw", "lawfit_from_fit"]
+
+
+@dataclass(frozen=True)
+class ClimbLaw(Law):
+    """The CLIMB law with transfer ``alpha_{j->i}(D) = b_ji + k_ji / D`` (see
+    :mod:`climb_bayes.law`)."""
+
+    name: ClassVar[str] = "climb"
+    description: ClassVar[str] = "CLIMB (Guo et al. 2025): interaction-aware ratios with transfer"
+    zero_share_ok: ClassVar[bool] = False
+
+    def param_specs(self, m: int) -> dict[str, ParamSpec]:
+        return {
+            "log_B": ParamSpec((m,)),
+            "beta": ParamSpec((m,), positive=True, spread=0.3),
+            "log_E": ParamSpec((m,)),
+            "b": ParamSpec((m, m), spread=0.25),
+            "k": ParamSpec((m, m), spread=0.25),
+            "eta": ParamSpec((m,), positive=True),
+        }
+
+    def n_params(self, m: int) -> int:
+        return 3 * m + 2 * m * (m - 1) + m
+
+    def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
+        return log_loss(r, d, params["log_B"], params["beta"], params["log_E"], params["b"],
+                        params["k"], params["eta"])
+
+    def init(self, obs: Observations) -> dict[str, np.ndarray]:
+        m = obs.m
+        return IsolatedLaw().init(obs) | {
+            "b": np.zeros((m, m)), "k": np.zeros((m, m)), "eta": np.full(m, 5.0)
+        }
+
+    def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
+        raise NotImplementedError("CLIMB's NUTS fit uses climb_bayes.model.climb_model")
+
+    def fit(self, obs: Observations, method: str = "map", options: FitOptions | None = None,
+            log: Callable[[str], None] | None = None) -> LawFit:
+        """Fit with :func:`climb_bayes.fitting.fit_runs` on the positive-share observations."""
+        from climb_bayes.fitting import fit_runs
+        from climb_bayes.nuts import NutsConfig
+
+        options = options or FitOptions()
+        usable = self.usable(obs)
+        runs = usable.to_runs()
+        config = NutsConfig(chains=options.chains, warmup=options.warmup,
+                            samples=options.samples, target_accept=options.target_accept,
+                            progress_bar=False)
+        fit = fit_runs(runs, options.priors, method=method, config=config, seed=options.seed,
+                       n_starts=options.n_starts, log=log)
+        out = lawfit_from_fit(fit, self)
+        out.info |= {"n_fit": usable.n, "n_params": self.n_params(obs.m)}
+        return out
+
+
+def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
+    """Wrap a :class:`climb_bayes.fitresult.Fit` (in memory or loaded) as a :class:`LawFit`.
+
+    MAP fits get a Normal plug-in predictive with the point fit's robust noise scale (as every
+    other law's MAP fit); NUTS fits keep the model's likelihood.
+    """
+    d_ref = fit.d_ref
+    params = to_reference_units(LawParams(*fit.law_draws()), d_ref)
+    draws = {k: np.asarray(v) for k, v in params._asdict().items()}
+    info: dict[str, Any] = {}
+    if fit.method == "map":
+        info["objective"] = float(fit.attrs.get("point_objective", np.nan))
+        info["starts"] = str(fit.attrs.get("point_starts", ""))
+        likelihood = "normal"
+    else:
+        likelihood = fit.priors.likelihood
+        diag = fit.diagnostics
+        if diag is not None:
+            info["diagnostics"] = diag.to_json()
+        info["seconds"] = float(fit.attrs.get("sampling_seconds", np.nan))
+    return LawFit(law or ClimbLaw(), fit.languages, d_ref, fit.method, draws,
+                  np.asarray(fit.sigma_draws()), likelihood, fit.priors.student_df,
+                  info=info, native=fit)

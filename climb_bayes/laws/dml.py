@@ -1,0 +1,123 @@
+"""Data Mixing Law (Ye et al. 2024), with an optional budget term.
+
+At one budget the paper's law for the loss of group ``i`` is
+``L_i(r) = c_i + k_i exp(sum_j t_ji r_j)``. With several budgets in the data this module uses
+
+    ``L_i(r, D) = c_i + k_i (D / d_ref)^(-alpha_i) exp(sum_j t_ji r_j)``.
+
+Why this form: (1) at a fixed budget it is exactly Ye et al.'s law (``k_i`` absorbs the budget
+factor); (2) at a fixed mixture it is the Chinchilla data term ``E + B / D^alpha`` that Ye et
+al. themselves fit over training steps before applying the mixing law (their nested
+step-law/mixing-law pipeline), with an irreducible loss ``c_i`` that the mixture cannot change;
+(3) it adds one parameter per group, so the comparison with CLIMB is not won by parameter
+count. The alternative of letting every coefficient depend on ``D`` (one mixing law per
+budget, as the paper's pipeline does) cannot predict a budget that was not fitted. The budget
+term is used when the fitted data contain more than one distinct ``D`` (``budget_term=None``,
+the default) and can be forced on or off.
+
+The exponent ``sum_j t_ji r_j`` is invariant to adding a constant to every ``t_ji`` of a target
+``i`` (``sum_j r_j = 1``), which ``k_i`` would absorb; the gauge ``sum_j t_ji = 0`` fixes it,
+so ``k_i`` is the reducible loss of the uniform mixture at ``d_ref`` tokens. The sampler works
+on the first ``m - 1`` rows (``t_free``); the last row is minus their sum.
+
+Unlike CLIMB, Isolated and MSL the law gives a finite loss for a group with share ``r_i = 0``
+(``zero_share_ok``): it can fit and score such observations.
+
+Units
+-----
+``c``, ``k`` in nats/token; ``t`` and ``alpha`` unit-free; ``d = D / d_ref``.
+
+References
+----------
+.. [1] Ye, J. et al. (2024/2025), "Data Mixing Laws: Optimizing Data Mixtures by Predicting
+   Language Modeling Performance", ICLR 2025, arXiv 2403.16952, Eq. (3)-(4) and Section 4
+   (nested use with step and size laws).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from climb_bayes.laws.base import Law, Observations, ParamSpec, Params, median_loss
+from climb_bayes.priors import Priors
+
+__all__ = ["DMLLaw", "full_t"]
+
+
+def full_t(t_free: jax.Array) -> jax.Array:
+    """``(m, m)`` matrix ``t[source j, target i]`` from its first ``m - 1`` rows (gauge
+    ``sum_j t_ji = 0``)."""
+    t_free = jnp.asarray(t_free)
+    return jnp.concatenate([t_free, -jnp.sum(t_free, axis=-2, keepdims=True)], axis=-2)
+
+
+@dataclass(frozen=True)
+class DMLLaw(Law):
+    """``log L_i = logaddexp(log c_i, log k_i - alpha_i log d + sum_j t_ji r_j)``.
+
+    Attributes
+    ----------
+    budget_term : bool or None
+        Include ``d^(-alpha_i)``; ``None`` decides from the data (several budgets -> True).
+    """
+
+    name: ClassVar[str] = "dml"
+    description: ClassVar[str] = "Data Mixing Law (Ye et al. 2024): c + k d^-alpha exp(t.r)"
+    zero_share_ok: ClassVar[bool] = True
+    budget_term: bool | None = None
+
+    def prepare(self, obs: Observations) -> DMLLaw:
+        if self.budget_term is not None:
+            return self
+        n_budgets = np.unique(np.round(np.log(obs.tokens), 9)).size if obs.n else 0
+        return replace(self, budget_term=bool(n_budgets > 1))
+
+    def param_specs(self, m: int) -> dict[str, ParamSpec]:
+        specs = {
+            "log_c": ParamSpec((m,)),
+            "log_k": ParamSpec((m,)),
+            "t_free": ParamSpec((m - 1, m), spread=1.0),
+        }
+        if self.budget_term:
+            specs["alpha"] = ParamSpec((m,), positive=True, spread=0.3)
+        return specs
+
+    def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
+        expo = r @ full_t(params["t_free"])
+        red = params["log_k"] + expo
+        if self.budget_term:
+            red = red - params["alpha"] * jnp.log(d)[..., None]
+        return jnp.logaddexp(params["log_c"], red)
+
+    def init(self, obs: Observations) -> dict[str, np.ndarray]:
+        m = obs.m
+        lo = np.array([np.min(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0
+                       for g in range(m)])
+        med = median_loss(obs)
+        out = {
+            "log_c": np.log(0.5 * lo),
+            "log_k": np.log(np.maximum(med - 0.5 * lo, 1e-3)),
+            "t_free": np.zeros((m - 1, m)),
+        }
+        if self.budget_term:
+            out["alpha"] = np.full(m, 0.3)
+        return out
+
+    def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
+        import numpyro.distributions as dist
+
+        loc = np.log(median_loss(obs) / 2.0)
+        out = {
+            "log_c": dist.Normal(loc, priors.irreducible_scale),
+            "log_k": dist.Normal(loc, priors.reducible_scale),
+            "t_free": dist.Normal(np.zeros((obs.m - 1, obs.m)), 5.0),
+        }
+        if self.budget_term:
+            out["alpha"] = dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)),
+                                          priors.beta_log_sd)
+        return out

@@ -1,0 +1,87 @@
+"""Isolated law: CLIMB without cross-group transfer (``b = k = 0``).
+
+``L_i(D, r) = B_i / (D r_i)^beta_i + E_i``: each group (language or domain) learns only from
+its own share of the budget, as if it were trained alone on ``r_i D`` tokens. It is CLIMB's
+ablation baseline; ``eta`` has no effect without transfer and is not a parameter.
+
+Units
+-----
+Reference units: ``d = D / d_ref``, so ``log_B`` is the log reducible loss of a run of
+``d_ref`` tokens of the group alone; losses in nats/token.
+
+References
+----------
+.. [1] Guo et al. (2025), "CLIMB", Eq. (6) with ``alpha = 0`` (the paper's no-transfer baseline).
+.. [2] Hoffmann et al. (2022), Eq. (2) (data term).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from climb_bayes.law import log_loss as climb_log_loss
+from climb_bayes.laws.base import Law, Observations, ParamSpec, Params, median_loss
+from climb_bayes.priors import Priors
+
+__all__ = ["IsolatedLaw", "auto_locations"]
+
+
+def auto_locations(obs: Observations, priors: Priors) -> tuple[np.ndarray, np.ndarray]:
+    """Prior locations of ``log_A`` (= ``log_B`` in reference units) and ``log_E``.
+
+    ``"auto"`` means ``log(median loss / 2)`` per group, as in the CLIMB model
+    (:func:`climb_bayes.model.prior_locations`).
+    """
+    auto = np.log(median_loss(obs) / 2.0)
+
+    def resolve(setting: Any) -> np.ndarray:
+        if isinstance(setting, str):
+            return auto
+        if isinstance(setting, dict):
+            return np.array([float(setting.get(g, a)) for g, a in zip(obs.groups, auto,
+                                                                       strict=True)])
+        return np.full(obs.m, float(setting))
+
+    return resolve(priors.reducible_loc), resolve(priors.irreducible_loc)
+
+
+@dataclass(frozen=True)
+class IsolatedLaw(Law):
+    """CLIMB with ``b = k = 0``: ``log L_i = logaddexp(log B_i - beta_i log(d r_i), log E_i)``."""
+
+    name: ClassVar[str] = "isolated"
+    description: ClassVar[str] = "CLIMB without transfer (b = k = 0)"
+    zero_share_ok: ClassVar[bool] = False
+
+    def param_specs(self, m: int) -> dict[str, ParamSpec]:
+        return {
+            "log_B": ParamSpec((m,), spread=0.5),
+            "beta": ParamSpec((m,), positive=True, spread=0.3),
+            "log_E": ParamSpec((m,), spread=0.5),
+        }
+
+    def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
+        m = r.shape[-1]
+        zeros = jnp.zeros((m, m))
+        return climb_log_loss(r, d, params["log_B"], params["beta"], params["log_E"], zeros,
+                              zeros, jnp.ones(m))
+
+    def init(self, obs: Observations) -> dict[str, np.ndarray]:
+        red, irr = auto_locations(obs, Priors())
+        return {"log_B": red, "beta": np.full(obs.m, 0.3), "log_E": irr}
+
+    def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
+        import numpyro.distributions as dist
+
+        red, irr = auto_locations(obs, priors)
+        return {
+            "log_B": dist.Normal(red, priors.reducible_scale),
+            "beta": dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)),
+                                   priors.beta_log_sd),
+            "log_E": dist.Normal(irr, priors.irreducible_scale),
+        }
