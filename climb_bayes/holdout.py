@@ -124,8 +124,9 @@ class _Parser:
         pred = self.parse_or()
         tok = self.peek()
         if tok is not None:
-            raise _fail(self.expr, f"unexpected {tok[1]!r} (expected 'and', 'or' or the end)",
-                        tok[2])
+            raise _fail(
+                self.expr, f"unexpected {tok[1]!r} (expected 'and', 'or' or the end)", tok[2]
+            )
         return pred
 
     def parse_or(self) -> Predicate:
@@ -162,12 +163,16 @@ class _Parser:
     def parse_comparison(self) -> Predicate:
         kind, field, pos = self.take()
         if kind != "word" or field.lower() in ("and", "or", "not"):
-            raise _fail(self.expr, f"expected a field (tokens, run_id, r_<group>), got {field!r}",
-                        pos)
+            raise _fail(
+                self.expr, f"expected a field (tokens, run_id, r_<group>), got {field!r}", pos
+            )
         okind, op, opos = self.take()
         if okind != "op":
-            raise _fail(self.expr, f"expected an operator (>=, <=, >, <, ==, !=, ~) after "
-                        f"{field!r}, got {op!r}", opos)
+            raise _fail(
+                self.expr,
+                f"expected an operator (>=, <=, >, <, ==, !=, ~) after {field!r}, got {op!r}",
+                opos,
+            )
         vkind, value, vpos = self.take()
         if vkind not in ("word", "str"):
             raise _fail(self.expr, f"expected a value after {op!r}, got {value!r}", vpos)
@@ -209,8 +214,9 @@ class _Parser:
                 return fn(np.asarray(runs.run_proportions[:, runs.languages.index(group)]), num)
 
             return share
-        raise _fail(expr, f"unknown field {field!r} (known: tokens, budget, run_id, r_<group>)",
-                    pos)
+        raise _fail(
+            expr, f"unknown field {field!r} (known: tokens, budget, run_id, r_<group>)", pos
+        )
 
 
 def parse_holdout(expr: str) -> Predicate:

@@ -129,9 +129,7 @@ def r2_by_group(
     return np.array([r2(y[group == g], yhat[group == g]) for g in range(n_groups)])
 
 
-def huber_log(
-    pred_loss: np.ndarray, obs_loss: np.ndarray, delta: float = HUBER_DELTA
-) -> float:
+def huber_log(pred_loss: np.ndarray, obs_loss: np.ndarray, delta: float = HUBER_DELTA) -> float:
     """Mean Huber loss of the log-loss residuals ``log pred - log obs``.
 
     ``h(x) = x^2 / 2`` for ``|x| <= delta`` and ``delta (|x| - delta / 2)`` beyond.
@@ -232,9 +230,7 @@ def interval_coverage(
     return inside.mean(axis=1) if y.size else np.full(levels.size, np.nan)
 
 
-def calibration_error(
-    coverage: np.ndarray, levels: Sequence[float] = COVERAGE_LEVELS
-) -> float:
+def calibration_error(coverage: np.ndarray, levels: Sequence[float] = COVERAGE_LEVELS) -> float:
     """Mean squared calibration error ``mean_l (coverage_l - l)^2``.
 
     Parameters

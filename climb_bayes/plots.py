@@ -124,22 +124,23 @@ def default_target_budget(fit: Fit) -> float:
     return 10.0 * float(np.max(fit.runs.run_budgets))
 
 
-def _optimise_mixture(
-    law: LawParams, d: float, weights: np.ndarray, steps: int = 300
-) -> np.ndarray:
-    """Per-draw minimiser of the weighted mean loss over the simplex (softmax + Adam)."""
-    m = law.beta.shape[-1]
-    w = jnp.asarray(weights / weights.sum())
-    lr, b1, b2, eps = 0.05, 0.9, 0.999, 1e-8
+_ADAM = (0.05, 0.9, 0.999, 1e-8)  # learning rate, beta1, beta2, eps
 
-    def objective(z: jax.Array, p: LawParams) -> jax.Array:
-        r = jax.nn.softmax(z)
-        return jnp.sum(w * jnp.exp(log_loss(r, jnp.asarray(d), *p)))
+
+def _mixture_objective(z: jax.Array, p: LawParams, d: jax.Array, w: jax.Array) -> jax.Array:
+    r = jax.nn.softmax(z)
+    return jnp.sum(w * jnp.exp(log_loss(r, d, *p)))
+
+
+@jax.jit
+def _solve_mixtures(params: LawParams, d: jax.Array, w: jax.Array) -> jax.Array:
+    lr, b1, b2, eps = _ADAM
+    m = w.shape[-1]
 
     def solve(p: LawParams) -> jax.Array:
         def step(carry, t):
             z, mom, vel = carry
-            g = jax.grad(objective)(z, p)
+            g = jax.grad(_mixture_objective)(z, p, d, w)
             mom = b1 * mom + (1 - b1) * g
             vel = b2 * vel + (1 - b2) * g * g
             mhat = mom / (1 - b1 ** (t + 1.0))
@@ -147,11 +148,18 @@ def _optimise_mixture(
             return (z - lr * mhat / (jnp.sqrt(vhat) + eps), mom, vel), None
 
         z0 = jnp.zeros(m)
-        (z, _, _), _ = jax.lax.scan(step, (z0, z0, z0), jnp.arange(steps, dtype=float))
+        (z, _, _), _ = jax.lax.scan(step, (z0, z0, z0), jnp.arange(300, dtype=float))
         return jax.nn.softmax(z)
 
-    params = LawParams(*(jnp.asarray(x) for x in law))
-    return np.asarray(jax.jit(jax.vmap(solve))(params))
+    return jax.vmap(solve)(params)
+
+
+def _optimise_mixture(law: LawParams, d: float, weights: np.ndarray) -> np.ndarray:
+    """Per-draw minimiser of the weighted mean loss over the simplex (softmax, 300 Adam steps);
+    compiled once per (number of draws, languages)."""
+    w = jnp.asarray(np.asarray(weights, dtype=float) / np.sum(weights))
+    params = LawParams(*(jnp.asarray(x, dtype=float) for x in law))
+    return np.asarray(_solve_mixtures(params, jnp.asarray(float(d)), w))
 
 
 def rstar_draws(
@@ -218,7 +226,7 @@ def _suptitle(fig: Figure, fit: Fit, text: str) -> None:
     fig.suptitle(f"{text} ({method}{extra})", fontsize=10)
 
 
-# -- plot kinds -------------------------------------------------------------------------------------
+# -- plot kinds ----------------------------------------------------------------------------------
 def plot_fit(fit: Fit, level: float = 0.9) -> Figure:
     """Observed vs predicted final-point and curve losses per language, with intervals.
 

@@ -148,8 +148,10 @@ def _robustness_section(path: str | os.PathLike[str] | None) -> str:
     parts = []
     verdict = data.get("verdict", {})
     cls = "ok" if verdict.get("robust") else "bad"
-    parts.append(f'<div class="{cls}" id="robustness-verdict"><pre>'
-                 f"{_esc(verdict.get('text', ''))}</pre></div>")
+    parts.append(
+        f'<div class="{cls}" id="robustness-verdict"><pre>'
+        f"{_esc(verdict.get('text', ''))}</pre></div>"
+    )
     rows = []
     for name, study in data.get("studies", {}).items():
         rows.append(
@@ -227,12 +229,15 @@ def render_report(
             out.append(f"<p>Point-fit starts: {_esc(fit.attrs['point_starts'])}</p>")
     else:
         cls = "ok" if diag.ok else "bad"
-        out.append(f'<div class="{cls}"><pre id="diagnostics-report">{_esc(diag.report())}'
-                   "</pre></div>")
+        out.append(
+            f'<div class="{cls}"><pre id="diagnostics-report">{_esc(diag.report())}</pre></div>'
+        )
 
     out.append('<h2 id="parameters">Parameters</h2>')
-    out.append('<p class="note">log_B and k in tokens units; b and kappa are off-diagonal '
-               "transfer pairs (source->target).</p>")
+    out.append(
+        '<p class="note">log_B and k in tokens units; b and kappa are off-diagonal '
+        "transfer pairs (source->target).</p>"
+    )
     out.append(_table(parameter_table(fit), "parameter-table"))
 
     out.append('<h2 id="fit-quality">Fit quality</h2>')
@@ -246,9 +251,7 @@ def render_report(
             lang: {
                 "observations": int((lang_idx == i).sum()),
                 "RMSE of log-loss": float(np.sqrt(np.mean((med - obs)[lang_idx == i] ** 2))),
-                "90% PI coverage": float(
-                    np.mean(((obs >= lo) & (obs <= hi))[lang_idx == i])
-                ),
+                "90% PI coverage": float(np.mean(((obs >= lo) & (obs <= hi))[lang_idx == i])),
             }
             for i, lang in enumerate(fit.languages)
         }
@@ -258,8 +261,10 @@ def render_report(
         out.append(_img(plots.plot_fit(fit), "observed vs predicted"))
 
     out.append('<h2 id="predictions">Predictions at target budgets</h2>')
-    out.append('<p class="note">Uniform mixture; median and 90% interval of the loss '
-               "(nats/token), law uncertainty plus observation noise.</p>")
+    out.append(
+        '<p class="note">Uniform mixture; median and 90% interval of the loss '
+        "(nats/token), law uncertainty plus observation noise.</p>"
+    )
     out.append(_table(prediction_table(fit, budgets), "prediction-table"))
     if include_plots:
         out.append(_img(plots.plot_fan(fit), "loss fan chart"))

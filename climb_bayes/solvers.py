@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from climb_bayes.law import RT_FLOOR_SCALE, LawParams, optimal_direction
+from climb_bayes.law import LawParams, log_loss, optimal_direction
 
 __all__ = [
     "Objective",
@@ -82,8 +82,7 @@ The barrier adds at most ``2 m mu`` to the objective at its minimiser, so the la
 handled by the damped steps of the first, large-``mu`` stage.
 """
 
-_LINE_SEARCH = 10  # step lengths t_max * 0.5**k, k < _LINE_SEARCH, tried at once
-_TAUS = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0, 1e2)  # Hessian shifts tried (x scale)
+_STEPS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.005)  # fractions of the longest feasible step, tried at once
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,14 +127,13 @@ def ratio_and_jacobian(
     return rt, jac, curvature
 
 
-def _floored(rt: jax.Array) -> jax.Array:
-    # The same smooth floor as climb_bayes.law.log_loss (keeps the law finite at rt <= 0).
-    return RT_FLOOR_SCALE * (jax.nn.softplus(rt / RT_FLOOR_SCALE) + 1e-3)
-
-
 def _weighted_loss_of_rt(rt: jax.Array, theta: dict[str, jax.Array]) -> jax.Array:
-    log_eff = jnp.log(theta["D"]) + jnp.log(_floored(rt))
-    log_l = jnp.logaddexp(theta["log_B"] - theta["beta"] * log_eff, theta["log_E"])
+    # The law itself applied to given ratios: with zero transfer, effective_ratio(rt) == rt, so
+    # log_loss applies exactly the law's smooth floor of rt (whatever climb_bayes.law uses).
+    zero = jnp.zeros(rt.shape + rt.shape[-1:], rt.dtype)
+    log_l = log_loss(
+        rt, theta["D"], theta["log_B"], theta["beta"], theta["log_E"], zero, zero, theta["eta"]
+    )
     return jnp.sum(theta["w"] * jnp.exp(log_l))
 
 
@@ -187,8 +185,6 @@ def weighted_loss(
     ----------
     .. [1] Guo et al. (2025), problem statement (weighted sum of validation losses) and Eq. (6).
     """
-    from climb_bayes.law import log_loss
-
     r = jnp.asarray(r)
     losses = jnp.exp(log_loss(r, D, *params))
     w = jnp.asarray(weights)
@@ -378,12 +374,13 @@ def _solve_one(
         dead = jnp.diag(z.T @ z) == 0.0
         rh = jnp.where(dead[:, None] | dead[None, :], eye, rh)
         rg = jnp.where(dead, 0.0, rg)
-        scale = jnp.max(jnp.abs(jnp.diag(rh))) + 1e-300
-        # Smallest diagonal shift that makes the reduced Hessian positive definite.
-        chols = jnp.stack([jnp.linalg.cholesky(rh + tau * scale * eye) for tau in _TAUS])
-        ok = jnp.all(jnp.isfinite(chols), axis=(1, 2))
-        first = jnp.argmax(ok)
-        chol = jnp.where(jnp.any(ok), chols[first], jnp.sqrt(scale) * eye)
+        # Newton on the reduced Hessian if it is positive definite, else shifted by the
+        # Gershgorin bound (always positive definite): a descent step in non-convex regions.
+        chol = jnp.linalg.cholesky(rh)
+        radius = jnp.sum(jnp.abs(rh), axis=1) - jnp.abs(jnp.diag(rh)) - jnp.diag(rh)
+        shift = jnp.maximum(jnp.max(radius), 0.0) + 1e-8 * jnp.max(jnp.abs(jnp.diag(rh)))
+        shifted = jnp.linalg.cholesky(rh + shift * eye)
+        chol = jnp.where(jnp.all(jnp.isfinite(chol)), chol, shifted)
         y = jax.scipy.linalg.cho_solve((chol, True), -rg)
         d = z @ y
         dec = -(g @ d)
@@ -392,7 +389,7 @@ def _solve_one(
         t_lo = jnp.where(free & (dr < 0), (x[:m] - lo) / jnp.where(dr < 0, -dr, 1.0), jnp.inf)
         t_hi = jnp.where(has_hi & (dr > 0), (hi - x[:m]) / jnp.where(dr > 0, dr, 1.0), jnp.inf)
         t_max = jnp.minimum(1.0, 0.995 * jnp.minimum(jnp.min(t_lo), jnp.min(t_hi)))
-        ts = t_max * 0.5 ** jnp.arange(_LINE_SEARCH, dtype=x.dtype)
+        ts = t_max * jnp.asarray(_STEPS, dtype=x.dtype)
         cands = x[None, :] + ts[:, None] * d[None, :]
         vals = jax.vmap(lambda c: phi(c, mu))(cands)
         best = jnp.argmin(vals)
@@ -434,6 +431,8 @@ def solve_batch(
     *,
     shared: Any = None,
     schedule: tuple[tuple[float, int], ...] = DEFAULT_SCHEDULE,
+    tol: float = 1e-10,
+    max_polish: int = 3,
 ) -> BatchSolution:
     """Minimise many smooth problems on the same capped simplex at once (the fast path).
 
@@ -443,7 +442,7 @@ def solve_batch(
     along ``schedule``; each step is a Newton step in the null space of ``sum r = 1`` (the
     Hessian shifted just enough to be positive definite, so non-convex regions get a descent
     step), kept strictly feasible (fraction to the boundary 0.995) with a backtracking line
-    search of 10 step lengths evaluated at once.
+    search over 6 step lengths evaluated at once.
 
     Parameters
     ----------
@@ -460,6 +459,11 @@ def solve_batch(
         Data common to every problem.
     schedule : tuple of (mu, steps)
         Barrier weights and Newton steps per weight.
+    tol : float
+        Newton decrement above which a problem counts as not converged; the batch is then
+        passed again (up to ``max_polish`` times) with every step at the last barrier weight.
+    max_polish : int
+        Most extra passes.
 
     Returns
     -------
@@ -483,19 +487,19 @@ def solve_batch(
     mus = np.concatenate([np.full(steps, mu) for mu, steps in schedule])
     x0 = x0.copy()
     x0[:, :m] = np.where(free, x0[:, :m], lo)
+    args = (jnp.asarray(lo), jnp.asarray(hi), jnp.asarray(free), jnp.asarray(has_hi), jnp.asarray(z))
     x, fun, dec = _solve_batch_jit(
-        value_fn,
-        derivs_fn,
-        theta,
-        shared,
-        jnp.asarray(x0),
-        jnp.asarray(lo),
-        jnp.asarray(hi),
-        jnp.asarray(free),
-        jnp.asarray(has_hi),
-        jnp.asarray(z),
-        jnp.asarray(mus),
+        value_fn, derivs_fn, theta, shared, jnp.asarray(x0), *args, jnp.asarray(mus)
     )
+    # Problems that have not converged (rare: tight boxes, strongly non-convex draws) get more
+    # Newton steps at the final barrier weight; the whole batch is passed again so that the
+    # compiled function is reused (same shapes), converged problems do not move.
+    for _ in range(max_polish):
+        if not np.any(np.asarray(dec) > tol):
+            break
+        x, fun, dec = _solve_batch_jit(
+            value_fn, derivs_fn, theta, shared, x, *args, jnp.full(mus.shape, mus[-1])
+        )
     x = np.array(x)
     x[:, :m] = project_capped_simplex(x[:, :m], lo, hi)
     return BatchSolution(x, np.asarray(fun), np.asarray(dec))

@@ -41,10 +41,11 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.optimize
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import reference_budget
-from climb_bayes.point_fit import HUBER_DELTA, huber, multistart_lbfgs
+from climb_bayes.point_fit import HUBER_DELTA, OptimResult, huber
 from climb_bayes.priors import Priors
 from climb_bayes.runs import RunsData
 
@@ -166,6 +167,19 @@ class Observations:
             loss=runs.obs_loss,
         )
 
+    def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct evaluation points: ``(point_r (P, m), point_tokens (P,), obs_point (N,))``.
+
+        Laws are evaluated once per (run, tokens) point and gathered per observation, which is
+        ``m`` times cheaper than evaluating per observation.
+        """
+        if self.n == 0:
+            return np.zeros((0, self.m)), np.zeros(0), np.zeros(0, dtype=np.int64)
+        keys = np.stack([self.run.astype(float), self.tokens], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        run = uniq[:, 0].astype(np.int64)
+        return self.run_r[run], uniq[:, 1], np.asarray(inverse, dtype=np.int64).ravel()
+
     def select(self, mask: np.ndarray) -> Observations:
         """Keep the observations where ``mask`` (``(N,)`` bool) is True; runs are kept."""
         mask = np.asarray(mask, dtype=bool)
@@ -223,8 +237,10 @@ class Observations:
 def median_loss(obs: Observations) -> np.ndarray:
     """``(m,)`` median observed loss per group (1.0 for a group without observations)."""
     return np.array(
-        [np.median(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0 for g in
-         range(obs.m)]
+        [
+            np.median(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0
+            for g in range(obs.m)
+        ]
     )
 
 
@@ -262,6 +278,9 @@ class FitOptions:
         Seed of the random starts and of NUTS.
     n_starts : int
         L-BFGS starts of MAP fits.
+    max_iter : int
+        L-BFGS iterations per start and stage (least-squares pre-fit, then Huber) of generic
+        MAP fits; CLIMB's point fit uses its own settings.
     delta : float
         Huber threshold on log-loss residuals.
     chains, warmup, samples : int
@@ -274,6 +293,7 @@ class FitOptions:
 
     seed: int = 0
     n_starts: int = 8
+    max_iter: int = 1000
     delta: float = HUBER_DELTA
     chains: int = 2
     warmup: int = 500
@@ -315,8 +335,13 @@ class Law:
         """Number of scalar parameters for ``m`` groups (noise excluded)."""
         return int(sum(math.prod(s.shape) for s in self.param_specs(m).values()))
 
-    def fit(self, obs: Observations, method: str = "map", options: FitOptions | None = None,
-            log: Callable[[str], None] | None = None) -> LawFit:
+    def fit(
+        self,
+        obs: Observations,
+        method: str = "map",
+        options: FitOptions | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> LawFit:
         """Fit to ``obs`` (``method`` "map" or "nuts"); observations it cannot explain (zero
         share, unless ``zero_share_ok``) are left out first."""
         options = options or FitOptions()
@@ -409,13 +434,15 @@ class LawFit:
 
     def predict_log_loss(self, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Law prediction of ``log L`` per draw: ``r`` (..., m), ``tokens`` (...) -> (S, ..., m)."""
-        return predict_draws(self.law, self.draws, np.asarray(r, float),
-                             np.asarray(tokens, float) / self.d_ref)
+        return predict_draws(
+            self.law, self.draws, np.asarray(r, float), np.asarray(tokens, float) / self.d_ref
+        )
 
     def predict_obs(self, obs: Observations) -> np.ndarray:
         """``(S, N)`` predicted ``log L`` at each observation."""
-        full = self.predict_log_loss(obs.r, obs.tokens)
-        return full[:, np.arange(obs.n), obs.group]
+        point_r, point_tokens, obs_point = obs.points()
+        full = self.predict_log_loss(point_r, point_tokens)
+        return full[:, obs_point, obs.group]
 
     def point_log(self, obs: Observations) -> np.ndarray:
         """``(N,)`` point prediction of ``log L``: mean over draws of the law's prediction."""
@@ -442,8 +469,10 @@ class LawFit:
         """
         mu = self.predict_obs(obs)
         rng = np.random.default_rng(seed)
-        idx = np.arange(n_samples) % mu.shape[0] if mu.shape[0] < n_samples else (
-            np.sort(rng.choice(mu.shape[0], n_samples, replace=False))
+        idx = (
+            np.arange(n_samples) % mu.shape[0]
+            if mu.shape[0] < n_samples
+            else (np.sort(rng.choice(mu.shape[0], n_samples, replace=False)))
         )
         s = self.sigma[idx][:, obs.group]
         if self.likelihood == "student_t":
@@ -453,8 +482,9 @@ class LawFit:
         return mu[idx] + s * eps
 
 
-def predict_draws(law: Law, draws: Mapping[str, np.ndarray], r: np.ndarray, d: np.ndarray
-                  ) -> np.ndarray:
+def predict_draws(
+    law: Law, draws: Mapping[str, np.ndarray], r: np.ndarray, d: np.ndarray
+) -> np.ndarray:
     """Evaluate ``law.log_loss`` for every draw: ``(S, ..., m)``.
 
     Parameters
@@ -491,6 +521,20 @@ def _mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:
     return sigma
 
 
+def _scipy_fg(fn: Callable[[jax.Array], jax.Array]) -> Callable[[np.ndarray], tuple]:
+    """Compiled ``x -> (value, gradient)`` for scipy (non-finite values become 1e30)."""
+    vg = jax.jit(jax.value_and_grad(fn))
+
+    def fg(x: np.ndarray) -> tuple[float, np.ndarray]:
+        v, g = vg(jnp.asarray(x))
+        v = float(v)
+        if not np.isfinite(v):
+            return 1e30, np.zeros_like(x)
+        return v, np.asarray(g, dtype=float)
+
+    return fg
+
+
 def fit_map(
     law: Law,
     obs: Observations,
@@ -500,6 +544,8 @@ def fit_map(
     log: Callable[[str], None] | None = None,
 ) -> LawFit:
     """Multi-start L-BFGS fit of any law on the summed Huber loss of log-loss residuals.
+
+    Every start is first refined on the least-squares objective, then on the Huber loss.
 
     Parameters
     ----------
@@ -531,25 +577,56 @@ def fit_map(
         raise ClimbError(f"law {law.name!r}: no observations it can fit.")
     m = obs.m
     d_ref = reference_budget(obs.tokens) if d_ref is None else float(d_ref)
-    r = jnp.asarray(obs.r)
-    d = jnp.asarray(obs.tokens / d_ref)
-    idx = jnp.arange(obs.n)
+    point_r, point_tokens, obs_point = obs.points()
+    r = jnp.asarray(point_r)
+    d = jnp.asarray(point_tokens / d_ref)
+    pi = jnp.asarray(obs_point)
     gi = jnp.asarray(obs.group)
     y = jnp.asarray(obs.log_loss)
 
+    def residual(theta: jax.Array) -> jax.Array:
+        return law.log_loss(law.unpack(theta, m), r, d)[pi, gi] - y
+
+    def least_squares(theta: jax.Array) -> jax.Array:
+        return 0.5 * jnp.sum(residual(theta) ** 2)
+
     def objective(theta: jax.Array) -> jax.Array:
-        pred = law.log_loss(law.unpack(theta, m), r, d)[idx, gi]
-        return jnp.sum(huber(pred - y, options.delta))
+        return jnp.sum(huber(residual(theta), options.delta))
 
     x0 = law.pack(law.init(obs), m)
     rng = np.random.default_rng(options.seed)
     noise = rng.standard_normal((max(options.n_starts - 1, 0), x0.size))
     starts = np.vstack([x0[None], x0 + law.spreads(m) * noise])
     t0 = time.perf_counter()
-    res = multistart_lbfgs(objective, starts)
+    # Each start: a least-squares pre-fit (smooth, so L-BFGS moves fast), then the Huber fit,
+    # whose near-L1 objective (delta = 1e-3) converges slowly from far away.
+    ls_fg, hub_fg = _scipy_fg(least_squares), _scipy_fg(objective)
+    best_x, best_f, funs, converged = None, np.inf, [], 0
+    for x in starts:
+        pre = scipy.optimize.minimize(
+            ls_fg,
+            x,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": options.max_iter, "ftol": 1e-12},
+        )
+        res = scipy.optimize.minimize(
+            hub_fg,
+            pre.x,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": options.max_iter, "ftol": 1e-12},
+        )
+        funs.append(float(res.fun))
+        converged += bool(res.success)
+        if res.fun < best_f:
+            best_x, best_f = np.asarray(res.x), float(res.fun)
+    res = OptimResult(best_x, best_f, len(funs), converged, np.array(funs))
     seconds = time.perf_counter() - t0
-    log(f"{law.name}: MAP objective {res.fun:.4g} ({res.n_converged}/{res.n_starts} starts "
-        f"converged, {seconds:.1f} s)")
+    log(
+        f"{law.name}: MAP objective {res.fun:.4g} ({res.n_converged}/{res.n_starts} starts "
+        f"converged, {seconds:.1f} s)"
+    )
     values = {k: np.asarray(v)[None] for k, v in law.unpack(jnp.asarray(res.x), m).items()}
     fit = LawFit(law, obs.groups, d_ref, "map", values, np.ones((1, m)), "normal")
     resid = fit.predict_obs(obs)[0] - obs.log_loss
@@ -564,8 +641,17 @@ def fit_map(
     return fit
 
 
-def _numpyro_model(law: Law, prior_dists: dict[str, Any], group: np.ndarray, m: int,
-                   priors: Priors, r: jax.Array, d: jax.Array, y: jax.Array | None) -> None:
+def _numpyro_model(
+    law: Law,
+    prior_dists: dict[str, Any],
+    point: np.ndarray,
+    group: np.ndarray,
+    m: int,
+    priors: Priors,
+    r: jax.Array,
+    d: jax.Array,
+    y: jax.Array | None,
+) -> None:
     import numpyro
     import numpyro.distributions as dist
 
@@ -573,7 +659,7 @@ def _numpyro_model(law: Law, prior_dists: dict[str, Any], group: np.ndarray, m: 
     for name, dst in prior_dists.items():
         params[name] = numpyro.sample(name, dst.to_event(len(dst.batch_shape)))
     sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale).expand([m]).to_event(1))
-    pred = law.log_loss(params, r, d)[jnp.arange(group.shape[0]), group]
+    pred = law.log_loss(params, r, d)[point, group]
     scale = sigma[group]
     if priors.likelihood == "normal":
         noise = dist.Normal(pred, scale)
@@ -630,33 +716,60 @@ def fit_nuts(
     dists = law.priors(obs, options.priors)
     start = {k: jnp.asarray(v[0]) for k, v in point.draws.items()}
     start["sigma"] = jnp.asarray(np.maximum(point.sigma[0], 1e-3))
-    model = functools.partial(_numpyro_model, law, dists, np.asarray(obs.group), m,
-                              options.priors)
-    kernel = NUTS(model, init_strategy=init_to_value(values=start),
-                  target_accept_prob=options.target_accept)
+    point_r, point_tokens, obs_point = obs.points()
+    model = functools.partial(
+        _numpyro_model, law, dists, obs_point, np.asarray(obs.group), m, options.priors
+    )
+    kernel = NUTS(
+        model, init_strategy=init_to_value(values=start), target_accept_prob=options.target_accept
+    )
     chains = max(options.chains, 1)
     method = "parallel" if jax.local_device_count() >= chains else "vectorized"
-    mcmc = MCMC(kernel, num_warmup=options.warmup, num_samples=-(-options.samples // chains),
-                num_chains=chains, chain_method=method, progress_bar=False)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=options.warmup,
+        num_samples=-(-options.samples // chains),
+        num_chains=chains,
+        chain_method=method,
+        progress_bar=False,
+    )
     t0 = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(options.seed), jnp.asarray(obs.r),
-             jnp.asarray(obs.tokens / d_ref), jnp.asarray(obs.log_loss),
-             extra_fields=("diverging",))
+    mcmc.run(
+        jax.random.PRNGKey(options.seed),
+        jnp.asarray(point_r),
+        jnp.asarray(point_tokens / d_ref),
+        jnp.asarray(obs.log_loss),
+        extra_fields=("diverging",),
+    )
     seconds = time.perf_counter() - t0
     grouped = mcmc.get_samples(group_by_chain=True)
     stats = summary({k: np.asarray(v) for k, v in grouped.items()}, group_by_chain=True)
     rhat = max(float(np.nanmax(s["r_hat"])) for s in stats.values())
     ess = min(float(np.nanmin(s["n_eff"])) for s in stats.values())
     div = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
-    log(f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
-        f"max R-hat {rhat:.3f}, min ESS {ess:.0f}")
+    log(
+        f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
+        f"max R-hat {rhat:.3f}, min ESS {ess:.0f}"
+    )
     flat = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
     sigma = flat.pop("sigma")
     return LawFit(
-        law, obs.groups, d_ref, "nuts", flat, sigma, options.priors.likelihood,
+        law,
+        obs.groups,
+        d_ref,
+        "nuts",
+        flat,
+        sigma,
+        options.priors.likelihood,
         options.priors.student_df,
-        info={"seconds": seconds, "divergences": div, "max_rhat": rhat, "min_ess": ess,
-              "n_fit": obs.n, "n_params": law.n_params(m)},
+        info={
+            "seconds": seconds,
+            "divergences": div,
+            "max_rhat": rhat,
+            "min_ess": ess,
+            "n_fit": obs.n,
+            "n_params": law.n_params(m),
+        },
     )
 
 

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from climb_bayes.law import LawParams, log_loss, to_reference_units
-from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations, ParamSpec, Params
+from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations, Params, ParamSpec
 from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.priors import Priors
 
@@ -55,20 +55,35 @@ class ClimbLaw(Law):
         return 3 * m + 2 * m * (m - 1) + m
 
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
-        return log_loss(r, d, params["log_B"], params["beta"], params["log_E"], params["b"],
-                        params["k"], params["eta"])
+        return log_loss(
+            r,
+            d,
+            params["log_B"],
+            params["beta"],
+            params["log_E"],
+            params["b"],
+            params["k"],
+            params["eta"],
+        )
 
     def init(self, obs: Observations) -> dict[str, np.ndarray]:
         m = obs.m
         return IsolatedLaw().init(obs) | {
-            "b": np.zeros((m, m)), "k": np.zeros((m, m)), "eta": np.full(m, 5.0)
+            "b": np.zeros((m, m)),
+            "k": np.zeros((m, m)),
+            "eta": np.full(m, 5.0),
         }
 
     def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
         raise NotImplementedError("CLIMB's NUTS fit uses climb_bayes.model.climb_model")
 
-    def fit(self, obs: Observations, method: str = "map", options: FitOptions | None = None,
-            log: Callable[[str], None] | None = None) -> LawFit:
+    def fit(
+        self,
+        obs: Observations,
+        method: str = "map",
+        options: FitOptions | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> LawFit:
         """Fit with :func:`climb_bayes.fitting.fit_runs` on the positive-share observations."""
         from climb_bayes.fitting import fit_runs
         from climb_bayes.nuts import NutsConfig
@@ -76,11 +91,22 @@ class ClimbLaw(Law):
         options = options or FitOptions()
         usable = self.usable(obs)
         runs = usable.to_runs()
-        config = NutsConfig(chains=options.chains, warmup=options.warmup,
-                            samples=options.samples, target_accept=options.target_accept,
-                            progress_bar=False)
-        fit = fit_runs(runs, options.priors, method=method, config=config, seed=options.seed,
-                       n_starts=options.n_starts, log=log)
+        config = NutsConfig(
+            chains=options.chains,
+            warmup=options.warmup,
+            samples=options.samples,
+            target_accept=options.target_accept,
+            progress_bar=False,
+        )
+        fit = fit_runs(
+            runs,
+            options.priors,
+            method=method,
+            config=config,
+            seed=options.seed,
+            n_starts=options.n_starts,
+            log=log,
+        )
         out = lawfit_from_fit(fit, self)
         out.info |= {"n_fit": usable.n, "n_params": self.n_params(obs.m)}
         return out
@@ -106,6 +132,15 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
         if diag is not None:
             info["diagnostics"] = diag.to_json()
         info["seconds"] = float(fit.attrs.get("sampling_seconds", np.nan))
-    return LawFit(law or ClimbLaw(), fit.languages, d_ref, fit.method, draws,
-                  np.asarray(fit.sigma_draws()), likelihood, fit.priors.student_df,
-                  info=info, native=fit)
+    return LawFit(
+        law or ClimbLaw(),
+        fit.languages,
+        d_ref,
+        fit.method,
+        draws,
+        np.asarray(fit.sigma_draws()),
+        likelihood,
+        fit.priors.student_df,
+        info=info,
+        native=fit,
+    )

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from climb_bayes.laws.base import Law, Observations, ParamSpec, Params, median_loss
+from climb_bayes.laws.base import Law, Observations, Params, ParamSpec, median_loss
 from climb_bayes.priors import Priors
 
 __all__ = ["DMLLaw", "full_t"]
@@ -96,8 +96,9 @@ class DMLLaw(Law):
 
     def init(self, obs: Observations) -> dict[str, np.ndarray]:
         m = obs.m
-        lo = np.array([np.min(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0
-                       for g in range(m)])
+        lo = np.array(
+            [np.min(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0 for g in range(m)]
+        )
         med = median_loss(obs)
         out = {
             "log_c": np.log(0.5 * lo),
@@ -118,6 +119,7 @@ class DMLLaw(Law):
             "t_free": dist.Normal(np.zeros((obs.m - 1, obs.m)), 5.0),
         }
         if self.budget_term:
-            out["alpha"] = dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)),
-                                          priors.beta_log_sd)
+            out["alpha"] = dist.LogNormal(
+                np.full(obs.m, np.log(priors.beta_median)), priors.beta_log_sd
+            )
         return out

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from climb_bayes.law import log_loss as climb_log_loss
-from climb_bayes.laws.base import Law, Observations, ParamSpec, Params, median_loss
+from climb_bayes.laws.base import Law, Observations, Params, ParamSpec, median_loss
 from climb_bayes.priors import Priors
 
 __all__ = ["IsolatedLaw", "auto_locations"]
@@ -43,8 +43,9 @@ def auto_locations(obs: Observations, priors: Priors) -> tuple[np.ndarray, np.nd
         if isinstance(setting, str):
             return auto
         if isinstance(setting, dict):
-            return np.array([float(setting.get(g, a)) for g, a in zip(obs.groups, auto,
-                                                                       strict=True)])
+            return np.array(
+                [float(setting.get(g, a)) for g, a in zip(obs.groups, auto, strict=True)]
+            )
         return np.full(obs.m, float(setting))
 
     return resolve(priors.reducible_loc), resolve(priors.irreducible_loc)
@@ -68,8 +69,9 @@ class IsolatedLaw(Law):
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
         m = r.shape[-1]
         zeros = jnp.zeros((m, m))
-        return climb_log_loss(r, d, params["log_B"], params["beta"], params["log_E"], zeros,
-                              zeros, jnp.ones(m))
+        return climb_log_loss(
+            r, d, params["log_B"], params["beta"], params["log_E"], zeros, zeros, jnp.ones(m)
+        )
 
     def init(self, obs: Observations) -> dict[str, np.ndarray]:
         red, irr = auto_locations(obs, Priors())
@@ -81,7 +83,6 @@ class IsolatedLaw(Law):
         red, irr = auto_locations(obs, priors)
         return {
             "log_B": dist.Normal(red, priors.reducible_scale),
-            "beta": dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)),
-                                   priors.beta_log_sd),
+            "beta": dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)), priors.beta_log_sd),
             "log_E": dist.Normal(irr, priors.irreducible_scale),
         }

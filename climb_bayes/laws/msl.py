@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.laws.base import Law, LawFit, Observations, ParamSpec, Params
+from climb_bayes.laws.base import Law, LawFit, Observations, Params, ParamSpec
 from climb_bayes.laws.isolated import auto_locations
 from climb_bayes.priors import Priors
 
@@ -154,14 +154,19 @@ class MSLLaw(Law):
 
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
         s = r @ jnp.asarray(self._same(r.shape[-1]))
-        base = jnp.logaddexp(params["log_E"], params["log_B"] - params["beta"] * jnp.log(d)[
-            ..., None])
+        base = jnp.logaddexp(
+            params["log_E"], params["log_B"] - params["beta"] * jnp.log(d)[..., None]
+        )
         return base - params["gamma"] * jnp.log(jnp.maximum(s, _R_FLOOR))
 
     def init(self, obs: Observations) -> dict[str, np.ndarray]:
         red, irr = auto_locations(obs, Priors())
-        return {"log_B": red, "beta": np.full(obs.m, 0.3), "log_E": irr,
-                "gamma": np.full(obs.m, 0.05)}
+        return {
+            "log_B": red,
+            "beta": np.full(obs.m, 0.3),
+            "log_E": irr,
+            "gamma": np.full(obs.m, 0.05),
+        }
 
     def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
         import numpyro.distributions as dist
@@ -169,8 +174,7 @@ class MSLLaw(Law):
         red, irr = auto_locations(obs, priors)
         return {
             "log_B": dist.Normal(red, priors.reducible_scale),
-            "beta": dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)),
-                                   priors.beta_log_sd),
+            "beta": dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)), priors.beta_log_sd),
             "log_E": dist.Normal(irr, priors.irreducible_scale),
             "gamma": dist.LogNormal(np.full(obs.m, np.log(0.1)), 1.0),
         }
@@ -263,15 +267,19 @@ def optimal_mixture(
     return (x @ member.T) * frac
 
 
-def _family_grad(a: np.ndarray, gamma: np.ndarray, member: np.ndarray, log_x: np.ndarray
-                 ) -> np.ndarray:
+def _family_grad(
+    a: np.ndarray, gamma: np.ndarray, member: np.ndarray, log_x: np.ndarray
+) -> np.ndarray:
     """``sum_{i in F} a_i x_F^(-gamma_i - 1)`` for every family, ``log_x`` (..., F)."""
     log_x_group = log_x @ member.T  # (..., m): each group's family log-share
     return np.einsum("...m,mf->...f", a * np.exp(-(gamma + 1.0) * log_x_group), member)
 
 
 def optimal_mixture_fit(
-    fit: LawFit, tokens: float, *, weights: np.ndarray | None = None,
+    fit: LawFit,
+    tokens: float,
+    *,
+    weights: np.ndarray | None = None,
     within: np.ndarray | None = None,
 ) -> np.ndarray:
     """Optimal mixture of a fitted MSL law at a budget, per draw: ``(S, m)``.
@@ -290,5 +298,6 @@ def optimal_mixture_fit(
     dr = fit.draws
     d = float(tokens) / fit.d_ref
     C = np.exp(np.logaddexp(dr["log_E"], dr["log_B"] - dr["beta"] * np.log(d)))
-    return optimal_mixture(C, dr["gamma"], weights=weights, same=fit.law._same(C.shape[-1]),
-                           within=within)
+    return optimal_mixture(
+        C, dr["gamma"], weights=weights, same=fit.law._same(C.shape[-1]), within=within
+    )

@@ -1,0 +1,216 @@
+"""``climb-bayes evaluate``: fit laws on part of a runs table and score them on held-out runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["evaluate"]
+
+
+def _echo(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.command()
+@click.argument("runs_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--holdout",
+    "holdout_expr",
+    default=None,
+    metavar="EXPR",
+    help="Held-out runs, e.g. 'tokens>=5e10', 'tokens>1e10 and r_en<0.5', "
+    "'run_id~holdout' (fields: tokens, run_id, r_<group>; and/or/not).",
+)
+@click.option(
+    "--holdout-runs",
+    "holdout_runs",
+    default=None,
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File of held-out run ids (one per line, or a CSV with a run_id column).",
+)
+@click.option(
+    "--holdout-mixtures",
+    "holdout_mixtures",
+    type=int,
+    default=None,
+    metavar="K",
+    help="Hold out all runs of K random mixtures (see --seed).",
+)
+@click.option(
+    "--laws",
+    "laws_spec",
+    default="climb,isolated,msl,dml",
+    show_default=True,
+    help="Comma-separated laws to compare.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["map", "nuts"]),
+    default="map",
+    show_default=True,
+    help="Point fit (multi-start Huber L-BFGS) or posterior (NUTS) for every law.",
+)
+@click.option(
+    "--families",
+    "families_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Group -> family file (CSV group,family or JSON) for MSL's per-family form.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of --holdout-mixtures, the fit starts and NUTS.",
+)
+@click.option("--n-starts", type=int, default=8, show_default=True, help="L-BFGS starts (MAP).")
+@click.option("--chains", type=int, default=2, show_default=True, help="NUTS chains.")
+@click.option("--warmup", type=int, default=500, show_default=True, help="NUTS warm-up steps.")
+@click.option(
+    "--samples",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="NUTS draws kept (total over chains).",
+)
+@click.option(
+    "--priors",
+    "priors_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Priors TOML (CLIMB priors; the noise model applies to every law).",
+)
+@click.option(
+    "--tail-start",
+    type=float,
+    default=0.85,
+    show_default=True,
+    help="Keep curve points with tokens_seen >= this fraction of the budget.",
+)
+@click.option("--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1.")
+@click.option("--languages", default=None, help="Comma-separated subset of groups.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@click.option(
+    "-o",
+    "--out",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the JSON result to this file.",
+)
+def evaluate(
+    runs_file: Path,
+    holdout_expr: str | None,
+    holdout_runs: Path | None,
+    holdout_mixtures: int | None,
+    laws_spec: str,
+    method: str,
+    families_file: Path | None,
+    seed: int,
+    n_starts: int,
+    chains: int,
+    warmup: int,
+    samples: int,
+    priors_file: Path | None,
+    tail_start: float,
+    renormalize: bool,
+    languages: str | None,
+    as_json: bool,
+    out: Path | None,
+) -> None:
+    """Score laws on held-out runs of RUNS_FILE: R² (pooled and per group), Huber loss on
+    log-loss, mean relative error, RMSLE, interval coverage, calibration error, CRPS and log
+    predictive density.
+
+    Every law is fitted on the runs that are not held out. Give exactly one of --holdout,
+    --holdout-runs and --holdout-mixtures. Groups may be languages or domains.
+    """
+    from climb_bayes.errors import ClimbError
+    from climb_bayes.evaluate import evaluate_laws as run_evaluation
+    from climb_bayes.evaluate import format_table, rows_to_json
+    from climb_bayes.holdout import holdout_mask, random_mixtures_mask, runs_file_mask
+    from climb_bayes.laws.base import FitOptions, Observations
+    from climb_bayes.laws.msl import read_families
+    from climb_bayes.laws.registry import parse_laws
+    from climb_bayes.priors import load_priors
+    from climb_bayes.runs import read_runs
+
+    chosen = [x is not None for x in (holdout_expr, holdout_runs, holdout_mixtures)]
+    if sum(chosen) != 1:
+        raise ClimbError(
+            "give exactly one of --holdout EXPR, --holdout-runs FILE or --holdout-mixtures K "
+            "(e.g. --holdout 'tokens>=5e10')."
+        )
+    if n_starts < 1:
+        raise ClimbError(f"--n-starts must be >= 1, got {n_starts}.")
+    if method == "nuts" and (chains < 1 or samples < chains or warmup < 1):
+        raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
+    families = read_families(families_file) if families_file else None
+    laws = parse_laws(laws_spec, families=families)
+    priors = load_priors(priors_file)
+    langs = [s.strip() for s in languages.split(",")] if languages else None
+    runs = read_runs(runs_file, tail_start=tail_start, renormalize=renormalize, languages=langs)
+    if holdout_expr is not None:
+        mask = holdout_mask(runs, holdout_expr)
+        how = f"--holdout {holdout_expr!r}"
+    elif holdout_runs is not None:
+        mask = runs_file_mask(runs, holdout_runs)
+        how = f"--holdout-runs {holdout_runs}"
+    else:
+        mask = random_mixtures_mask(runs, int(holdout_mixtures or 0), seed)
+        how = f"--holdout-mixtures {holdout_mixtures} --seed {seed}"
+    obs = Observations.from_runs(runs)
+    fit_obs, test_obs = obs.select_runs(~mask), obs.select_runs(mask)
+    test_runs = runs.subset_runs(mask)
+    _echo(
+        f"{runs.source}: {runs.n_languages} groups ({', '.join(runs.languages)}), "
+        f"{runs.n_runs} runs"
+    )
+    _echo(
+        f"held out ({how}): {int(mask.sum())} runs, {test_obs.n} observations; "
+        f"fit on {int((~mask).sum())} runs, {fit_obs.n} observations"
+    )
+    if runs.n_excluded_zero_share:
+        _echo(
+            f"zero-share losses left out of the table: {runs.n_excluded_zero_share} "
+            f"({test_runs.n_excluded_zero_share} in held-out runs); CLIMB-family laws "
+            "predict an unbounded loss there"
+        )
+    options = FitOptions(
+        seed=seed, n_starts=n_starts, chains=chains, warmup=warmup, samples=samples, priors=priors
+    )
+    rows, _fits = run_evaluation(
+        fit_obs, test_obs, laws, method=method, options=options, dataset=str(runs_file), log=_echo
+    )
+    result = {
+        "runs_file": str(runs_file),
+        "holdout": how,
+        "groups": list(runs.languages),
+        "n_fit_runs": int((~mask).sum()),
+        "n_test_runs": int(mask.sum()),
+        "held_out_runs": [r for r, m in zip(runs.run_ids, mask, strict=True) if m],
+        "n_zero_share_excluded": int(runs.n_excluded_zero_share),
+        "method": method,
+        "rows": rows_to_json(rows),
+    }
+    text = json.dumps(result, indent=1)
+    if out is not None:
+        from climb_bayes.atomic import atomic_write_text
+
+        atomic_write_text(out, text + "\n")
+        _echo(f"wrote {out}")
+    if as_json:
+        click.echo(text)
+    else:
+        click.echo(format_table(rows, markdown=False))
+        if method == "map":
+            click.echo(
+                "coverage/cal.err/CRPS/LPD of MAP fits use a plug-in predictive "
+                "(noise only, no parameter uncertainty)."
+            )
+    sys.stdout.flush()
