@@ -1,0 +1,79 @@
+"""Every plot kind writes PNG and SVG files with the expected axes and titles."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+from click.testing import CliRunner
+
+from climb_bayes import plots
+from climb_bayes.cli.plot_cmd import plot
+
+matplotlib.use("Agg")
+
+EXPECTED = {
+    "fit": ("observed vs predicted", "observed loss (nats/token)", "predicted loss (nats/token)"),
+    "ratio": ("effective vs actual share", "r (en share)", "rt (en effective share)"),
+    "transfer": ("transfer into en", "budget D (tokens)", "alpha_j->i(D)"),
+    "heatmap": ("Transfer matrix b", "target language i", "source language j"),
+    "fan": ("loss vs budget", "budget D (tokens)", "loss (nats/token)"),
+    "rstar": ("r* at D =", "language", "optimal share r*"),
+    "rstar_budget": ("r*(D)", "budget D (tokens)", "optimal share r*"),
+    "trace": ("trace:", "draw", None),
+}
+
+
+def test_kinds_registry_complete():
+    assert set(plots.KINDS) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_plot_kind_axes_titles_and_files(kind, nuts_fit3, tmp_path):
+    fig = plots.KINDS[kind](nuts_fit3)
+    title, xlabel, ylabel = EXPECTED[kind]
+    ax = fig.axes[0]
+    assert title in ax.get_title()
+    assert ax.get_xlabel() == xlabel
+    if ylabel is not None:
+        assert ax.get_ylabel() == ylabel
+    paths = plots.save_figure(fig, tmp_path, kind)
+    assert [p.suffix for p in paths] == [".png", ".svg"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    assert paths[0].read_bytes()[:4] == b"\x89PNG"
+    assert b"<svg" in paths[1].read_bytes()[:1000]
+
+
+def test_per_language_panels(nuts_fit3):
+    fig = plots.plot_fit(nuts_fit3)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == len(nuts_fit3.languages)
+    assert all(t.startswith(lang) for t, lang in zip(titles, nuts_fit3.languages, strict=True))
+
+
+def test_point_fit_plots(map_fit3, tmp_path):
+    for kind in ("heatmap", "trace", "rstar"):
+        fig = plots.KINDS[kind](map_fit3)
+        assert plots.save_figure(fig, tmp_path, kind, formats=("png",))[0].is_file()
+
+
+def test_rstar_draws_on_simplex(nuts_fit3):
+    draws, _source = plots.rstar_draws(nuts_fit3, 2.5e11, max_draws=20)
+    assert draws.shape[1] == 3
+    assert abs(draws.sum(axis=1) - 1).max() < 1e-9
+    assert (draws > 0).all()
+
+
+def test_plot_cli(map_fit3, tmp_path):
+    fit_path = tmp_path / "fit.nc"
+    map_fit3.save(fit_path)
+    out = tmp_path / "figs"
+    result = CliRunner().invoke(
+        plot, [str(fit_path), "--kind", "heatmap", "--kind", "fit", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "fit.png",
+        "fit.svg",
+        "heatmap.png",
+        "heatmap.svg",
+    ]

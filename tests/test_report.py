@@ -1,0 +1,85 @@
+"""The HTML report is self-contained and renders in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from climb_bayes.cli.report_cmd import report
+from climb_bayes.report import render_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="module")
+def report_html(nuts_fit3, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report")
+    fit_path = folder / "fit.nc"
+    nuts_fit3.tree.attrs["data_label"] = "SYNTHETIC data simulated for the tests"
+    nuts_fit3.save(fit_path)
+    rob = folder / "robustness.json"
+    rob.write_text(
+        json.dumps(
+            {
+                "verdict": {"robust": False, "text": "NOT ROBUST: prior study moved r*"},
+                "studies": {
+                    "prior": {
+                        "verdict": "r* moves 0.2",
+                        "flagged": True,
+                        "max_rstar_shift": 0.2,
+                        "max_loss_shift": 0.01,
+                    }
+                },
+            }
+        )
+    )
+    out = folder / "report.html"
+    result = CliRunner().invoke(report, [str(fit_path), "-o", str(out), "--robustness", str(rob)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_report_self_contained(report_html):
+    text = report_html.read_text(encoding="utf-8")
+    assert text.count("data:image/png;base64,") >= 5
+    # nothing is loaded from elsewhere
+    assert not re.search(r'src="(?!data:)', text)
+    assert "<link" not in text
+    assert "SYNTHETIC" in text
+
+
+def test_report_point_fit_without_plots(map_fit3):
+    text = render_report(map_fit3, include_plots=False)
+    assert "Point fit: no sampler diagnostics" in text
+    assert 'id="rstar-table"' in text
+    assert "No robustness results given" in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_report_renders_in_chromium(report_html, tmp_path):
+    url = report_html.resolve().as_uri()
+    dom = subprocess.run(
+        [CHROMIUM, *FLAGS, "--dump-dom", url], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert 'id="diagnostics-report"' in dom
+    assert "max R-hat" in dom and "verdict:" in dom
+    table = re.search(r'<table[^>]*id="rstar-table".*?</table>', dom, re.S)
+    assert table is not None
+    for lang in ("en", "de", "zh"):
+        assert f"<th>{lang}</th>" in table.group(0)
+    assert "r* median" in table.group(0) and "baseline: uniform" in table.group(0)
+    assert 'id="parameter-table"' in dom
+    assert "NOT ROBUST" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [CHROMIUM, *FLAGS, "--window-size=1200,2000", f"--screenshot={shot}", url],
+        capture_output=True,
+        timeout=120,
+    )
+    assert shot.is_file() and shot.stat().st_size > 10_000
