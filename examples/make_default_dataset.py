@@ -134,6 +134,22 @@ def publish(work: Path, plan: Path, timing: list[dict], args: argparse.Namespace
     if len(records) != n_plan:
         print(f"only {len(records)}/{n_plan} runs finished; run the sweep first", file=sys.stderr)
         return 1
+    from training.dataset import prepare_data
+
+    # exact epochs: tokenise every training document (the sweep stopped at what it needed)
+    full = prepare_data(
+        args.corpus,
+        LANGS,
+        work,
+        seq_len=records[0]["config"]["seq_len"],
+        val_tokens=SETTINGS["val_tokens"],
+        seed=SETTINGS["seed"],
+        need={lang: 10**12 for lang in LANGS},
+    )
+    if full.key != records[0]["data"]["key"]:
+        print("prepared data differs from the sweep's; not publishing", file=sys.stderr)
+        return 1
+    available = {lang: full.languages[lang].available for lang in LANGS}
     data_dir = ROOT / "climb_bayes" / "data"
     shutil.copyfile(work / "runs.csv", data_dir / "default_runs.csv")
     compact = []
@@ -145,7 +161,7 @@ def publish(work: Path, plan: Path, timing: list[dict], args: argparse.Namespace
                 "budget_tokens": r["budget_tokens"],
                 "shares": r["config"]["shares"],
                 "realised_tokens": r["realised_tokens"],
-                "epochs": r["epochs"],
+                "epochs": {k: round(n / available[k], 6) for k, n in r["realised_tokens"].items()},
                 "steps": r["steps"],
                 "eval_steps": r["eval_steps"],
                 "final_loss": {k: round(v, 6) for k, v in r["final_loss"].items()},
@@ -163,7 +179,10 @@ def publish(work: Path, plan: Path, timing: list[dict], args: argparse.Namespace
         "run_config_example": first["config"],
         "preset": first["preset"],
         "model": first["model"],
-        "data": {k: v for k, v in first["data"].items() if k != "tokenizer"},
+        "data": {
+            **{k: v for k, v in first["data"].items() if k != "tokenizer"},
+            "training_tokens_available": available,
+        },
         "hardware": {k: v for k, v in first["hardware"].items() if k != "host"},
         "git_commit": first.get("git_commit"),
         "sweep_sessions": timing,

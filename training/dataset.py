@@ -143,8 +143,8 @@ def prepare_data(
         Progress callback.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     files = {lang: find_language_files(corpus_dir, lang, corpus_map) for lang in languages}
+    out.mkdir(parents=True, exist_ok=True)
     docs_cache: dict[str, list[str]] = {}
     orders: dict[str, np.ndarray] = {}
 

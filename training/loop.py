@@ -133,20 +133,23 @@ def eval_steps_for(cum_tokens: np.ndarray, points: tuple[float, ...]) -> list[in
 
 def check_repeat(
     cfg: RunConfig, budgets: dict[str, int], data: SweepData
-) -> tuple[dict[str, int], list[str]]:
+) -> tuple[dict[str, int | None], list[str]]:
     """Available training tokens per language, and the languages this run must repeat.
+
+    The available amount is ``None`` where the corpus was tokenised only as far as the sweep
+    needs (then it holds more than the budget).
 
     Raises
     ------
     TrainingError
         If a language's budget exceeds its data and ``cfg.allow_repeat`` is false.
     """
-    available: dict[str, int] = {}
+    available: dict[str, int | None] = {}
     repeated: list[str] = []
     for lang, need in budgets.items():
         ld = data.languages[lang]
         have = ld.available if ld.available is not None else int(ld.train.shape[0])
-        available[lang] = have
+        available[lang] = ld.available
         if need > have:
             if ld.available is None:
                 raise RuntimeError(f"prepared stream of {lang} is shorter than the run needs")
@@ -641,7 +644,7 @@ def train_run(
         "budget_tokens": int(cfg.budget_tokens),
         "budgets": budgets,
         "realised_tokens": realised,
-        "epochs": {k: round(v, 6) for k, v in mix.epochs.items()},
+        "epochs": {k: None if v is None else round(v, 6) for k, v in mix.epochs.items()},
         "repeated_languages": repeated,
         "steps": n_steps,
         "eval_steps": [s + 1 for s in eval_steps],

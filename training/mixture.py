@@ -52,13 +52,15 @@ class Mixture:
         ``(n_blocks, 3)`` int64 array of ``(language index, start, length)`` in training order;
         ``start`` is the position in the language's (possibly repeated) token stream.
     epochs
-        ``{lang: D_i / available_i}`` (> 1 means the language's data is repeated).
+        ``{lang: D_i / available_i}`` (> 1 means the language's data is repeated); ``None``
+        when the available amount is unknown (the corpus was tokenised only as far as needed,
+        so the run uses less than one epoch).
     """
 
     languages: tuple[str, ...]
     budgets: dict[str, int]
     blocks: np.ndarray
-    epochs: dict[str, float]
+    epochs: dict[str, float | None]
 
     @property
     def n_blocks(self) -> int:
@@ -74,7 +76,7 @@ class Mixture:
 
 def build_mixture(
     budgets: Mapping[str, int],
-    available: Mapping[str, int],
+    available: Mapping[str, int | None],
     seq_len: int,
     seed: int,
 ) -> Mixture:
@@ -85,7 +87,7 @@ def build_mixture(
     budgets
         ``{lang: D_i}``.
     available
-        ``{lang: training tokens available}`` (for the epoch count).
+        ``{lang: training tokens available}`` for the epoch count (``None``: unknown).
     seq_len
         Block length in tokens.
     seed
@@ -101,7 +103,7 @@ def build_mixture(
     blocks = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
     perm = np.random.default_rng([seed, 1234567]).permutation(blocks.shape[0])
     epochs = {
-        lang: (budgets[lang] / available[lang]) if available.get(lang) else 0.0
+        lang: (budgets[lang] / available[lang]) if available.get(lang) else None
         for lang in languages
     }
     return Mixture(languages, dict(budgets), blocks[perm], epochs)

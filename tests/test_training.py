@@ -1,0 +1,588 @@
+"""Tests of the ``training`` package (CPU, ``micro`` preset, a synthetic multilingual corpus).
+
+The corpus is generated here (no download, no dependence on ../shared/corpus): every document
+starts with a marker ``#<lang>-doc<N>#`` so the tests can tell which documents ended up in the
+validation set and which in the training stream.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import lzma
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from training.corpus import document_order, find_language_files, read_documents  # noqa: E402
+from training.dataset import load_data, prepare_data  # noqa: E402
+from training.errors import RunInterrupted, TrainingError  # noqa: E402
+from training.loop import RunConfig, RunOptions, eval_steps_for, lr_at, train_run  # noqa: E402
+from training.mixture import batch_arrays, build_mixture, token_budgets  # noqa: E402
+from training.records import atomic_write_text, is_finished  # noqa: E402
+from training.sweep import run_sweep  # noqa: E402
+from training.tokenizer import load_tokenizer, train_tokenizer  # noqa: E402
+
+pytestmark = pytest.mark.train
+REPO = Path(__file__).resolve().parent.parent
+
+WORDS = {
+    "en": "the house river green light small water open stone quiet bread winter city road",
+    "de": "das Haus Fluss grün Licht klein Wasser öffnen Stein ruhig Brot Straße Größe für",
+    "ru": "дом река зелёный свет маленький вода открыть камень тихий хлеб зима город дорога",
+    "zh": "房子 河流 绿色 光 小 水 打开 石头 安静 面包 冬天 城市 道路 我们 学习 中文",
+    "ja": "家 川 緑 ひかり ちいさい みず あける いし しずか パン ふゆ まち みち カタカナ",
+}
+LANGS = list(WORDS)
+SCRIPTS = [
+    "Hello, world! Ünïcödé façade naïve café — “quotes” ‘single’ … 1,234.56 %",
+    "Grüße aus Köln: Straßenbahn, Übergröße, ß, ẞ",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю. Ёё",
+    "我们在学习中文，今天天气很好。「引号」",
+    "日本語のテキスト：ひらがな、カタカナ、漢字。ｱｲｳ（半角）",
+    "한국어 문장입니다. 안녕하세요!",
+    "مرحبا بالعالم، هذا نص عربي.",
+    "नमस्ते दुनिया, यह हिन्दी है।",
+    "สวัสดีชาวโลก ภาษาไทย",
+    "Ελληνικά: καλημέρα κόσμε",
+    "emoji 🙂🚀👩‍👩‍👧 and tabs\tand\nnewlines  double  spaces",
+]
+
+
+def _write_corpus(root: Path, n_docs: int = 120, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for lang, words in WORDS.items():
+        vocab = words.split()
+        sep = "" if lang in ("zh", "ja") else " "
+        lines = []
+        for i in range(n_docs):
+            n_sent = int(rng.integers(3, 8))
+            sents = [
+                sep.join(rng.choice(vocab, size=int(rng.integers(4, 12)))) for _ in range(n_sent)
+            ]
+            text = f"#{lang}-doc{i}# " + "\n".join(sents)
+            lines.append(
+                json.dumps({"id": f"{lang}/{i}", "lang": lang, "text": text}, ensure_ascii=False)
+            )
+        data = ("\n".join(lines) + "\n").encode()
+        if lang == "en":  # one plain .jsonl, the others compressed
+            (root / f"{lang}.jsonl").write_bytes(data)
+        else:
+            (root / f"{lang}.jsonl.xz").write_bytes(lzma.compress(data))
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    samples = {lang: read_documents(find_language_files(corpus, lang), lang) for lang in LANGS}
+    samples["mixed"] = SCRIPTS
+    train_tokenizer(samples, 512, out)
+    return out
+
+
+def _plan(path: Path, rows: list[tuple[str, int, dict[str, float]]], langs=LANGS) -> Path:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run_id", "tokens", *[f"r_{x}" for x in langs], "note"])
+        for rid, tokens, shares in rows:
+            w.writerow([rid, tokens, *[shares.get(x, 0.0) for x in langs], "ignored"])
+    return path
+
+
+def _sweep(plan: Path, corpus: Path, out: Path, tok: Path, **kw):
+    args = dict(
+        preset="micro",
+        tokenizer=tok,
+        val_tokens=256,
+        eval_points=(0.5, 0.88, 0.94, 1.0),
+        options=RunOptions(device="cpu", threads=1, log_every_s=1e9),
+        log=lambda s: None,
+    )
+    args.update(kw)
+    return run_sweep(plan, corpus, out, **args)
+
+
+# ---------------------------------------------------------------- exact mixtures
+
+
+@pytest.mark.parametrize(
+    "shares,total",
+    [
+        ({"en": 1.0, "de": 0.0, "zh": 0.0}, 1000),
+        ({"en": 0.0, "de": 1.0, "zh": 0.0}, 777),
+        ({"en": 0.5, "de": 0.3, "zh": 0.2}, 1001),
+        ({"en": 0.29, "de": 0.71, "zh": 0.0}, 100),
+        ({"en": 1 / 3, "de": 1 / 3, "zh": 1 / 3}, 12_345),
+        ({"en": 0.02, "de": 0.49, "zh": 0.49}, 99_999),
+    ],
+)
+def test_budgets_and_packing_are_exact(shares, total):
+    budgets = token_budgets(shares, total)
+    from decimal import Decimal
+
+    for lang, r in shares.items():
+        assert budgets[lang] == math.floor(Decimal(repr(r)) * total)
+    assert token_budgets({"a": 0.29}, 100)["a"] == 29  # decimal, not 28.999999999999996
+    streams = [np.arange(50, dtype=np.int64) + 10 * k for k in range(3)]
+    mix = build_mixture(budgets, {k: 50 for k in budgets}, seq_len=16, seed=3)
+    assert mix.realised() == budgets
+    ids, labels, lidx = batch_arrays(mix.blocks, streams, 16, pad_id=-1)
+    realised = np.bincount(lidx, weights=(labels != -100).sum(1), minlength=3)
+    assert [int(x) for x in realised] == [budgets[k] for k in shares]
+    assert all(len(set(lidx[i : i + 1])) == 1 for i in range(len(lidx)))  # single-language
+    # epochs: a budget over the 50 available tokens repeats the stream
+    assert mix.epochs["en"] == pytest.approx(budgets["en"] / 50)
+
+
+def test_blocks_are_shuffled_deterministically():
+    b = {"en": 1000, "de": 1000}
+    m1 = build_mixture(b, {"en": 10**6, "de": 10**6}, 32, seed=1)
+    m2 = build_mixture(b, {"en": 10**6, "de": 10**6}, 32, seed=1)
+    m3 = build_mixture(b, {"en": 10**6, "de": 10**6}, 32, seed=2)
+    assert np.array_equal(m1.blocks, m2.blocks) and not np.array_equal(m1.blocks, m3.blocks)
+    assert 0 < m1.blocks[:32, 0].mean() < 1  # languages interleaved
+
+
+def test_lr_schedule_and_eval_points():
+    lrs = [lr_at(s, 100, 1.0, 0.05, 0.1) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.2) and max(lrs) == pytest.approx(1.0)
+    assert lrs[-1] == pytest.approx(0.1) and all(
+        a >= b for a, b in zip(lrs[5:], lrs[6:], strict=False)
+    )
+    cum = np.cumsum(np.full(100, 10))
+    steps = eval_steps_for(cum, (0.5, 0.88, 0.94, 1.0))
+    assert steps == [49, 87, 93, 99]
+    assert sum(cum[s] >= 0.85 * cum[-1] for s in steps) == 3
+
+
+# ---------------------------------------------------------------- tokenizer, corpus
+
+
+def test_tokenizer_round_trips_every_script(tokenizer_dir: Path):
+    tok = load_tokenizer(tokenizer_dir)
+    from transformers import PreTrainedTokenizerFast
+
+    assert isinstance(tok, PreTrainedTokenizerFast)
+    assert tok.eos_token == "<|endoftext|>" and tok.pad_token == "<pad>"
+    for text in [*SCRIPTS, *(w for w in WORDS.values())]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert tok.decode(ids) == text
+    assert len(tok) <= 512
+
+
+def test_validation_and_training_are_disjoint(corpus: Path, tokenizer_dir: Path, tmp_path):
+    need = {lang: 10**9 for lang in LANGS}  # tokenise every training document
+    data = prepare_data(
+        corpus,
+        LANGS,
+        tmp_path,
+        seq_len=32,
+        val_tokens=512,
+        seed=0,
+        need=need,
+        tokenizer=tokenizer_dir,
+    )
+    tok = load_tokenizer(tokenizer_dir)
+    for lang in LANGS:
+        ld = data.languages[lang]
+        assert ld.val_blocks.shape == (16, 32)
+        val_ids = set(re.findall(rf"#{lang}-doc(\d+)#", tok.decode(ld.val_blocks.ravel())))
+        train_ids = set(re.findall(rf"#{lang}-doc(\d+)#", tok.decode(ld.train)))
+        assert val_ids and train_ids
+        assert not val_ids & train_ids
+        assert len(val_ids | train_ids) >= 119  # every document is used somewhere
+        assert ld.available == ld.train.shape[0]
+        # the held-out documents are the front of the fixed order
+        order = document_order(120, 0, lang)
+        assert {int(i) for i in val_ids} <= set(order[: ld.info["n_val_docs"]].tolist())
+    # the same inputs give the same validation blocks (shared by every run of a sweep)
+    again = load_data(data.path)
+    assert all(
+        np.array_equal(again.languages[x].val_blocks, data.languages[x].val_blocks) for x in LANGS
+    )
+
+
+def test_other_corpus_formats(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "fr").mkdir()
+    pq.write_table(pa.table({"text": ["un", "deux", ""]}), tmp_path / "fr" / "000.parquet")
+    pq.write_table(pa.table({"text": ["trois"]}), tmp_path / "fr" / "001.parquet")
+    (tmp_path / "es.txt").write_text("uno\n\ndos\n", encoding="utf-8")
+    fr = read_documents(find_language_files(tmp_path, "fr"), "fr")
+    es = read_documents(find_language_files(tmp_path, "es"), "es")
+    assert fr == ["un", "deux", "trois"] and es == ["uno", "dos"]
+    mapped = find_language_files(tmp_path, "french", {"french": "fr"})
+    assert [p.name for p in mapped] == ["000.parquet", "001.parquet"]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _assert_clean(out: Path):
+    assert not (out / "runs.csv").exists()
+    assert not list(out.glob("runs/*/record.json"))
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_missing_language_is_a_clear_error(corpus, tokenizer_dir, tmp_path):
+    plan = _plan(tmp_path / "plan.csv", [("a", 2000, {"en": 0.5, "xx": 0.5})], ["en", "xx"])
+    with pytest.raises(TrainingError, match=r"'xx'.*Fix:"):
+        _sweep(plan, corpus, tmp_path / "out", tokenizer_dir)
+    _assert_clean(tmp_path / "out")
+
+
+def test_missing_corpus_dir_and_plan(corpus, tokenizer_dir, tmp_path):
+    plan = _plan(tmp_path / "plan.csv", [("a", 2000, {"en": 1.0})])
+    with pytest.raises(TrainingError, match=r"does not exist.*Fix"):
+        _sweep(plan, tmp_path / "nope", tmp_path / "out", tokenizer_dir)
+    with pytest.raises(TrainingError, match=r"plan file .* does not exist"):
+        _sweep(tmp_path / "missing.csv", corpus, tmp_path / "out", tokenizer_dir)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("run_id,tokens,r_en,r_de\na,1000,0.5,0.6\n")
+    with pytest.raises(TrainingError, match=r"row 2 .*sum to 1\.1"):
+        _sweep(bad, corpus, tmp_path / "out", tokenizer_dir)
+
+
+@pytest.mark.parametrize("kind", ["xz", "json"])
+def test_corrupt_corpus_file_is_a_clear_error(corpus, tmp_path, kind):
+    bad = tmp_path / "corpus"
+    bad.mkdir()
+    for f in corpus.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    if kind == "xz":
+        raw = (bad / "de.jsonl.xz").read_bytes()
+        (bad / "de.jsonl.xz").write_bytes(raw[: len(raw) // 2])  # truncated download
+        match = r"de\.jsonl\.xz: cannot read .*corrupt or truncated.*Fix"
+    else:
+        with open(bad / "en.jsonl", "a") as fh:
+            fh.write("{not json\n")
+        match = r"en\.jsonl:121: not a JSON object.*Fix"
+    plan = _plan(tmp_path / "plan.csv", [("a", 2000, {"en": 0.5, "de": 0.5})])
+    out = tmp_path / "out"
+    with pytest.raises(TrainingError, match=match):
+        _sweep(plan, bad, out, None, vocab_size=300)
+    _assert_clean(out)
+    assert not (out / "tokenizer").exists()  # nothing half-written
+
+
+def test_budget_beyond_data_needs_allow_repeat(corpus, tokenizer_dir, tmp_path):
+    plan = _plan(tmp_path / "plan.csv", [("big", 60_000, {"en": 1.0})])
+    out = tmp_path / "out"
+    with pytest.raises(TrainingError, match=r"'en'.*--allow-repeat.*epochs"):
+        _sweep(plan, corpus, out, tokenizer_dir)
+    _assert_clean(out)
+    # with --allow-repeat the run repeats en and records the epochs (tiny budget: use a short
+    # stream by asking for just over the data)
+    data = load_data(next((out / "data").iterdir()))
+    have = data.languages["en"].available
+    plan2 = _plan(tmp_path / "plan2.csv", [("rep", have + 100, {"en": 1.0})])
+    msgs: list[str] = []
+    res = _sweep(
+        plan2,
+        corpus,
+        out,
+        tokenizer_dir,
+        allow_repeat=True,
+        log=msgs.append,
+        eval_points=(1.0,),
+        batch_size=64,
+    )
+    rec = json.loads(res.records.read_text())[0]
+    assert rec["repeated_languages"] == ["en"] and rec["epochs"]["en"] > 1
+    assert rec["realised_tokens"]["en"] == have + 100
+    assert any("repeating" in m for m in msgs)
+
+
+# ---------------------------------------------------------------- sweep, resume
+
+
+def test_two_run_sweep_end_to_end(corpus, tokenizer_dir, tmp_path):
+    shares_a = {"en": 0.5, "de": 0.25, "ru": 0.25, "zh": 0.0, "ja": 0.0}
+    shares_b = {"en": 0.1, "de": 0.1, "ru": 0.1, "zh": 0.35, "ja": 0.35}
+    plan = _plan(tmp_path / "plan.csv", [("run-a", 3001, shares_a), ("run b/2", 2000, shares_b)])
+    res = _sweep(plan, corpus, tmp_path / "out", tokenizer_dir, batch_size=2)
+    assert (res.finished, res.trained, res.pending) == (2, 2, 0)
+    rows = list(csv.DictReader(open(res.table)))
+    assert list(rows[0]) == [
+        "run_id",
+        "budget_tokens",
+        "tokens_seen",
+        "language",
+        "proportion",
+        "loss",
+        "step",
+    ]
+    for rid, shares, budget in [("run-a", shares_a, 3001), ("run b/2", shares_b, 2000)]:
+        mine = [r for r in rows if r["run_id"] == rid]
+        assert {r["language"] for r in mine} == set(LANGS)
+        assert len(mine) == 4 * len(LANGS)
+        for r in mine:
+            assert 0 < int(r["tokens_seen"]) <= budget == int(r["budget_tokens"])
+            assert float(r["proportion"]) == shares[r["language"]]
+            assert 0 < float(r["loss"]) < 20
+        tail = {int(r["tokens_seen"]) for r in mine if int(r["tokens_seen"]) >= 0.85 * budget}
+        assert len(tail) == 3
+    recs = json.loads(res.records.read_text())
+    assert recs[0]["realised_tokens"] == token_budgets(shares_a, 3001)
+    assert recs[1]["realised_tokens"] == token_budgets(shares_b, 2000)
+    assert recs[0]["throughput"]["tokens_per_s"] > 0 and recs[0]["model"]["parameters"] > 0
+    runs_mod = pytest.importorskip("climb_bayes.runs")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "few observations" warning of a 2-run table
+        data = runs_mod.read_runs(res.table)
+    assert data.form == "long" and set(data.languages) == set(LANGS)
+    assert set(data.run_ids) == {"run-a", "run b/2"}
+    assert data.n_excluded_zero_share > 0  # zh/ja at r=0 were evaluated too
+
+
+def test_rerun_skips_finished_and_loses_none(corpus, tokenizer_dir, tmp_path):
+    rows = [("a", 2000, {"en": 1.0}), ("b", 2000, {"en": 0.5, "de": 0.5})]
+    plan = _plan(tmp_path / "plan.csv", rows)
+    out = tmp_path / "out"
+    first = _sweep(plan, corpus, out, tokenizer_dir, max_runs=1)
+    assert (first.finished, first.pending) == (1, 1)
+    assert {r["run_id"] for r in csv.DictReader(open(first.table))} == {"a"}  # finished only
+    second = _sweep(plan, corpus, out, tokenizer_dir)
+    assert (second.trained, second.skipped, second.finished) == (1, 1, 2)
+    table = second.table.read_text()
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/record.json")}
+    third = _sweep(plan, corpus, out, tokenizer_dir)
+    assert (third.trained, third.skipped, third.finished) == (0, 2, 2)
+    assert third.table.read_text() == table
+    assert mtimes == {p: p.stat().st_mtime_ns for p in out.glob("runs/*/record.json")}
+    # a new run is added: only it trains, the table keeps the old ones
+    plan = _plan(tmp_path / "plan.csv", [*rows, ("c", 2000, {"de": 1.0})])
+    fourth = _sweep(plan, corpus, out, tokenizer_dir)
+    assert (fourth.trained, fourth.skipped, fourth.finished) == (1, 2, 3)
+    assert fourth.table.read_text().startswith(table)
+
+
+SHARES_R = {x: 0.0 for x in LANGS} | {"en": 0.4, "ru": 0.3, "ja": 0.3}
+
+
+def test_kill_and_resume_reproduces_uninterrupted_run(corpus, tokenizer_dir, tmp_path):
+    plan = _plan(tmp_path / "plan.csv", [("r", 4000, {"en": 0.4, "ru": 0.3, "ja": 0.3})])
+    out = tmp_path / "out"
+    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)  # prepare data only
+    data = load_data(next((out / "data").iterdir()))
+    cfg = RunConfig(
+        run_id="r",
+        budget_tokens=4000,
+        shares=SHARES_R,
+        preset="micro",
+        seq_len=32,
+        batch_size=8,
+        micro_batch_size=4,
+        lr=3e-3,
+        eval_points=(0.3, 0.6, 0.9, 1.0),
+        data_key=data.key,
+    )
+    opts = RunOptions(device="cpu", threads=1, log_every_s=1e9)
+    full = train_run(cfg, data, tmp_path / "full", opts, log=lambda s: None)
+
+    stopped = RunOptions(device="cpu", threads=1, log_every_s=1e9, stop_after_steps=7)
+    with pytest.raises(RunInterrupted):
+        train_run(cfg, data, tmp_path / "killed", stopped, log=lambda s: None)
+    assert (tmp_path / "killed" / "checkpoint.pt").is_file()
+    assert not is_finished(tmp_path / "killed") and not (tmp_path / "killed" / "rows.csv").exists()
+    resumed = train_run(cfg, data, tmp_path / "killed", opts, log=lambda s: None)
+    assert resumed["resumes"] == 1 and full["resumes"] == 0
+    assert resumed["realised_tokens"] == full["realised_tokens"]
+    for lang in LANGS:
+        assert resumed["final_loss"][lang] == pytest.approx(full["final_loss"][lang], abs=1e-6)
+    rows_full = (tmp_path / "full" / "rows.csv").read_text()
+    rows_res = (tmp_path / "killed" / "rows.csv").read_text()
+    assert rows_full == rows_res  # every evaluation point, to 8 significant digits
+    assert not (tmp_path / "killed" / "checkpoint.pt").exists()  # removed when finished
+
+
+def test_sigterm_checkpoints_and_stops(corpus, tokenizer_dir, tmp_path):
+    import signal
+
+    plan = _plan(tmp_path / "plan.csv", [("s", 3000, {"en": 1.0})])
+    out = tmp_path / "out"
+    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
+    data = load_data(next((out / "data").iterdir()))
+    cfg = RunConfig("s", 3000, {"en": 1.0}, "micro", 32, 8, 8, 3e-3, data_key=data.key)
+
+    def on_step(step: int) -> None:
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    opts = RunOptions(device="cpu", threads=1, log_every_s=1e9, on_step=on_step)
+    with pytest.raises(RunInterrupted, match="after step 3/"):
+        train_run(cfg, data, tmp_path / "run", opts, log=lambda s: None)
+    rec = train_run(cfg, data, tmp_path / "run", RunOptions(device="cpu", threads=1))
+    assert rec["resumes"] == 1 and is_finished(tmp_path / "run")
+
+
+def test_slurm_without_slurm_runs_locally_and_submitit_path(corpus, tokenizer_dir, tmp_path):
+    pytest.importorskip("submitit")
+    plan = _plan(tmp_path / "plan.csv", [("a", 1500, {"en": 1.0}), ("b", 1500, {"ja": 1.0})])
+    msgs: list[str] = []
+    env_path = os.environ.get("PATH", "")
+    try:
+        os.environ["PATH"] = str(tmp_path)  # no sbatch here
+        res = _sweep(
+            plan, corpus, tmp_path / "o1", tokenizer_dir, slurm=True, log=msgs.append, max_runs=1
+        )
+    finally:
+        os.environ["PATH"] = env_path
+    assert any("no Slurm" in m for m in msgs) and res.finished == 1
+    # the submitit code path itself, with submitit's in-process "debug" cluster
+    res = _sweep(plan, corpus, tmp_path / "o1", tokenizer_dir, slurm=True, slurm_cluster="debug")
+    assert (res.finished, res.trained, res.skipped) == (2, 1, 1)
+
+
+# ---------------------------------------------------------------- records, CLI
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "f.txt"
+    atomic_write_text(target, "old")
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
+
+
+def test_cli_errors_exit_2_without_traceback(corpus, tmp_path):
+    from training.cli import train
+
+    plan = _plan(tmp_path / "plan.csv", [("a", 2000, {"en": 0.5, "xx": 0.5})], ["en", "xx"])
+    res = CliRunner().invoke(
+        train,
+        [
+            "--plan",
+            str(plan),
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "o"),
+            "--preset",
+            "micro",
+        ],
+    )
+    assert res.exit_code == 2
+    assert "Error: language 'xx'" in res.output and "Traceback" not in res.output
+
+
+def test_cli_end_to_end_and_python_m(corpus, tokenizer_dir, tmp_path):
+    from training.cli import train
+
+    plan = _plan(tmp_path / "plan.csv", [("a", 1500, {"zh": 0.5, "ja": 0.5})])
+    args = [
+        "--plan",
+        str(plan),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(tmp_path / "o"),
+        "--preset",
+        "micro",
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--val-tokens",
+        "128",
+        "--eval-points",
+        "0.9,1.0",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-size",
+        "2",
+    ]
+    res = CliRunner().invoke(train, args)
+    assert res.exit_code == 0, res.output
+    assert "1 finished, 0 pending" in res.output
+    assert (tmp_path / "o" / "runs.csv").read_text().count("\na,") == 2 * len(LANGS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "training", "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "--allow-repeat" in proc.stdout and "--slurm" in proc.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_ddp_two_processes(corpus, tokenizer_dir, tmp_path):
+    """DDP across 2 CPU processes (gloo) gives the same run as one process, to fp tolerance."""
+    plan = _plan(tmp_path / "plan.csv", [("d", 2048, {"en": 0.5, "de": 0.5})])
+    kw = dict(batch_size=8, eval_points=(0.5, 1.0))
+    local = _sweep(plan, corpus, tmp_path / "local", tokenizer_dir, **kw)
+    ddp = _sweep(plan, corpus, tmp_path / "ddp", tokenizer_dir, launcher="torchrun", nproc=2, **kw)
+    a = json.loads(local.records.read_text())[0]
+    b = json.loads(ddp.records.read_text())[0]
+    assert b["hardware"]["n_devices"] == 2 and b["realised_tokens"] == a["realised_tokens"]
+    for lang in a["final_loss"]:
+        assert b["final_loss"][lang] == pytest.approx(a["final_loss"][lang], abs=2e-3)
+
+
+def test_throughput_benchmark_script_runs():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "train_throughput.py"),
+            "--preset",
+            "micro",
+            "--steps",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens/s" in proc.stdout and "micro" in proc.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_fsdp_interrupted_and_resumed(corpus, tokenizer_dir, tmp_path):
+    """FSDP2 across 2 CPU processes: killed after a checkpoint, resumed, same losses."""
+    plan = _plan(tmp_path / "plan.csv", [("f", 2048, {"en": 0.5, "de": 0.5})])
+    kw = dict(batch_size=8, eval_points=(0.5, 1.0), launcher="torchrun", nproc=2)
+    stop = RunOptions(device="cpu", threads=1, fsdp=True, stop_after_steps=3, log_every_s=1e9)
+    out = tmp_path / "fsdp"
+    with pytest.raises(TrainingError, match="failed under torchrun"):
+        _sweep(plan, corpus, out, tokenizer_dir, options=stop, **kw)
+    assert list(out.glob("runs/*/checkpoint.pt")) and not (out / "runs.csv").exists()
+    go = RunOptions(device="cpu", threads=1, fsdp=True, log_every_s=1e9)
+    res = _sweep(plan, corpus, out, tokenizer_dir, options=go, **kw)
+    rec = json.loads(res.records.read_text())[0]
+    assert rec["resumes"] == 1 and rec["throughput"]["fsdp"] is True
+    local = _sweep(
+        plan, corpus, tmp_path / "local", tokenizer_dir, batch_size=8, eval_points=(0.5, 1.0)
+    )
+    ref = json.loads(local.records.read_text())[0]
+    for lang in ref["final_loss"]:
+        assert rec["final_loss"][lang] == pytest.approx(ref["final_loss"][lang], abs=2e-3)
