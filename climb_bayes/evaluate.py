@@ -117,6 +117,7 @@ def evaluate_laws(
     subsets = {"positive": test_obs.select(~zero), "zero": test_obs.select(zero)}
     for law in laws:
         t0 = time.perf_counter()
+        law = law.prepare(fit_obs)
         log(f"fitting {law.name} ({method}) on {law.usable(fit_obs).n} observations")
         fit = law.fit(fit_obs, method, options, log=log)
         fits[law.name] = fit

@@ -54,10 +54,13 @@ __all__ = [
     "weighted_loss",
     "magnitude_objective",
     "composite_derivatives",
+    "composite_value",
+    "per_draw_theta",
     "project_capped_simplex",
     "interior_start",
     "solve_batch",
     "solve_trust_constr",
+    "direction_draws",
     "direct_batch",
     "two_step_batch",
     "direct_trust_constr",
@@ -236,7 +239,8 @@ def composite_derivatives(
     return value, jac.T @ dg, outer + curvature(dg)
 
 
-def _composite_value(objective: Objective, r: jax.Array, theta: dict[str, jax.Array]) -> jax.Array:
+def composite_value(objective: Objective, r: jax.Array, theta: dict[str, jax.Array]) -> jax.Array:
+    """Value of ``G(rt(r))`` for one problem (what the line search evaluates)."""
     rt, _, _ = ratio_and_jacobian(r, theta["D"], theta["b"], theta["k"], theta["eta"])
     return objective.g(rt, theta)
 
@@ -510,7 +514,9 @@ def solve_batch(
 # --------------------------------------------------------------------------------------------
 
 
-def _per_draw_theta(params: LawParams, D: float, extra: dict[str, np.ndarray]) -> dict:
+def per_draw_theta(params: LawParams, D: float, extra: dict[str, np.ndarray]) -> dict:
+    """Problem data for :func:`solve_batch` (one problem per draw): the law in tokens units,
+    ``D`` and ``extra`` entries (scalars and (m,) arrays are repeated for every draw)."""
     n = np.asarray(params.beta).shape[0]
     theta = {
         "D": np.full(n, float(D)),
@@ -532,7 +538,7 @@ def _per_draw_theta(params: LawParams, D: float, extra: dict[str, np.ndarray]) -
 
 
 def _direct_value(x: jax.Array, theta: dict, shared: Any) -> jax.Array:
-    return _composite_value(WEIGHTED_LOSS, x, theta)
+    return composite_value(WEIGHTED_LOSS, x, theta)
 
 
 def _direct_derivs(x: jax.Array, theta: dict, shared: Any) -> tuple:
@@ -540,14 +546,16 @@ def _direct_derivs(x: jax.Array, theta: dict, shared: Any) -> tuple:
 
 
 def _magnitude_value(x: jax.Array, theta: dict, shared: Any) -> jax.Array:
-    return _composite_value(MAGNITUDE, x, theta)
+    return composite_value(MAGNITUDE, x, theta)
 
 
 def _magnitude_derivs(x: jax.Array, theta: dict, shared: Any) -> tuple:
     return composite_derivatives(MAGNITUDE, x, theta)
 
 
-def _directions(params: LawParams, D: float, weights: np.ndarray) -> np.ndarray:
+def direction_draws(params: LawParams, D: float, weights: np.ndarray) -> np.ndarray:
+    """The paper's direction ``p`` (Eq. 7) per draw, ``(n, m)``; languages with zero weight get
+    ``p_i = 0``."""
     w = np.asarray(weights, dtype=float)
     safe = np.where(w > 0, w, 1.0)
     p = np.asarray(optimal_direction(jnp.asarray(D, dtype=float), params.log_B, params.beta, safe))
@@ -589,8 +597,8 @@ def direct_batch(
     ----------
     .. [1] Guo et al. (2025), Eq. (6) and the weighted-loss problem of Section 2.1.
     """
-    theta = _per_draw_theta(params, D, {"w": weights})
-    guess = _directions(params, D, weights) if start is None else start
+    theta = per_draw_theta(params, D, {"w": weights})
+    guess = direction_draws(params, D, weights) if start is None else start
     x0 = interior_start(guess, lo, hi)
     return solve_batch(_direct_value, _direct_derivs, theta, lo, hi, x0)
 
@@ -617,8 +625,8 @@ def two_step_batch(
     ----------
     .. [1] Guo et al. (2025), Eq. (7)-(8), Algorithm 1 Part II, Appendices B-C.
     """
-    p = _directions(params, D, weights)
-    theta = _per_draw_theta(params, D, {"p": p, "rho": np.asarray(float(rho))})
+    p = direction_draws(params, D, weights)
+    theta = per_draw_theta(params, D, {"p": p, "rho": np.asarray(float(rho))})
     x0 = interior_start(p, lo, hi)
     return solve_batch(_magnitude_value, _magnitude_derivs, theta, lo, hi, x0), p
 
@@ -705,8 +713,8 @@ def direct_trust_constr(
     (ndarray (k, m), ndarray (k,))
         Mixtures and weighted losses for the draws ``draws`` (all by default).
     """
-    theta = _per_draw_theta(params, D, {"w": weights})
-    p = _directions(params, D, weights)
+    theta = per_draw_theta(params, D, {"w": weights})
+    p = direction_draws(params, D, weights)
     idx = np.arange(p.shape[0]) if draws is None else np.asarray(draws)
     xs, fs = [], []
     for n_done, i in enumerate(idx):
@@ -715,7 +723,7 @@ def direct_trust_constr(
         )
         x = project_capped_simplex(res.x, lo, hi)
         xs.append(x)
-        fs.append(float(_composite_value(WEIGHTED_LOSS, jnp.asarray(x), _theta_row(theta, i))))
+        fs.append(float(composite_value(WEIGHTED_LOSS, jnp.asarray(x), _theta_row(theta, i))))
         if progress is not None:
             progress(n_done + 1, idx.size)
     return np.array(xs), np.array(fs)
@@ -739,8 +747,8 @@ def two_step_trust_constr(
     (ndarray (k, m), ndarray (k,))
         Mixtures and magnitude-objective values for the draws ``draws`` (all by default).
     """
-    p = _directions(params, D, weights)
-    theta = _per_draw_theta(params, D, {"p": p, "rho": np.asarray(float(rho))})
+    p = direction_draws(params, D, weights)
+    theta = per_draw_theta(params, D, {"p": p, "rho": np.asarray(float(rho))})
     idx = np.arange(p.shape[0]) if draws is None else np.asarray(draws)
     xs, fs = [], []
     for n_done, i in enumerate(idx):
@@ -748,7 +756,7 @@ def two_step_trust_constr(
         res = solve_trust_constr(MAGNITUDE, row, lo, hi, interior_start(p[i], lo, hi))
         x = project_capped_simplex(res.x, lo, hi)
         xs.append(x)
-        fs.append(float(_composite_value(MAGNITUDE, jnp.asarray(x), row)))
+        fs.append(float(composite_value(MAGNITUDE, jnp.asarray(x), row)))
         if progress is not None:
             progress(n_done + 1, idx.size)
     return np.array(xs), np.array(fs)

@@ -1,0 +1,122 @@
+"""Score every law on measurements published by other groups (RegMix, Data Mixing Laws 5Mix).
+
+Usage::
+
+    python benchmarks/real_data.py [--data ../shared/data] [--out docs/benchmarks-table.md]
+        [--n-starts 2] [--nuts] [--quick]
+
+Prints a markdown table (dataset x law x metric). Skips cleanly (exit 0, one line) when the
+data folder is absent. The data are read in place, never copied into the repository.
+
+Experiments
+-----------
+regmix-1M
+    Fit on the 512 RegMix mixtures (1M-parameter models, 1B tokens, 13 Pile domains as the
+    groups) and score the 256 held-out mixtures. Zero-share (domain, run) pairs are counted;
+    CLIMB, Isolated and MSL cannot fit or predict them, the Data Mixing Law can (``r=0`` rows).
+5mix-<size>
+    Data Mixing Laws 5Mix: fit on the checkpoints up to step 12k (about 12.6B tokens) of the 26
+    mixtures of one model size and predict steps 20k-30k (and, for 70M and 160M, the runs that
+    continue to 100k steps): extrapolation in tokens. No law here has a model-size term, so
+    each size is fitted separately (the sizes show how the ranking holds as models grow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import climb_bayes  # noqa: E402,F401  (x64 before JAX starts)
+from climb_bayes.evaluate import EvalRow, evaluate_laws, format_table  # noqa: E402
+from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
+from climb_bayes.published import load_5mix, load_regmix, shared_data_dir  # noqa: E402
+
+FIT_MAX_TOKENS = 12_000 * 4096 * 256
+TEST_MIN_TOKENS = 20_000 * 4096 * 256
+
+
+def _log(msg: str) -> None:
+    print(f"  {msg}", file=sys.stderr, flush=True)
+
+
+def run(data: Path, n_starts: int, nuts: bool, quick: bool) -> tuple[list[EvalRow], list[str]]:
+    rows: list[EvalRow] = []
+    notes: list[str] = []
+    options = FitOptions(n_starts=n_starts, seed=0, max_iter=1000)
+    laws = parse_laws("climb,isolated,msl,dml")
+
+    t0 = time.perf_counter()
+    fit, fnotes = load_regmix(data, "train")
+    test, tnotes = load_regmix(data, "test")
+    notes.append(
+        f"regmix-1M: {fit.n} fit / {test.n} held-out (mixture, domain) losses; zero-share: "
+        f"{fnotes['n_zero_share']} fit, {tnotes['n_zero_share']} held-out (scored only by DML, "
+        f"rows r=0); training domains without a loss dropped and shares renormalised: "
+        f"{', '.join(fnotes['dropped_domains'])} (mean share "
+        f"{fnotes['dropped_share_mean']:.1%})."
+    )
+    print("regmix-1M ...", file=sys.stderr, flush=True)
+    r, _ = evaluate_laws(fit, test, laws, options=options, dataset="regmix-1M", log=_log)
+    rows += r
+    print(f"regmix done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    sizes = ("70M", "410M") if quick else ("70M", "160M", "305M", "410M")
+    for size, obs in load_5mix(data, sizes).items():
+        t0 = time.perf_counter()
+        fit, test = (
+            obs.select(obs.tokens <= FIT_MAX_TOKENS),
+            obs.select(obs.tokens >= TEST_MIN_TOKENS),
+        )
+        steps = sorted({int(t / (4096 * 256)) for t in test.tokens})
+        notes.append(
+            f"5mix-{size}: fit {fit.n} losses (steps <= 12k), held out {test.n} (steps "
+            f"{steps[0] // 1000}k-{steps[-1] // 1000}k); zero-share: {int(fit.zero_share.sum())}"
+            f" fit, {int(test.zero_share.sum())} held-out."
+        )
+        print(f"5mix-{size} ...", file=sys.stderr, flush=True)
+        r, _ = evaluate_laws(fit, test, laws, options=options, dataset=f"5mix-{size}", log=_log)
+        rows += r
+        if nuts and size == "70M":
+            small = parse_laws("isolated,msl,dml")
+            nuts_opts = FitOptions(n_starts=n_starts, chains=2, warmup=300, samples=400)
+            r, _ = evaluate_laws(
+                fit, test, small, method="nuts", options=nuts_opts, dataset=f"5mix-{size}", log=_log
+            )
+            rows += r
+        print(f"5mix-{size} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return rows, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=None, help="shared data folder")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--n-starts", type=int, default=2)
+    parser.add_argument("--nuts", action="store_true", help="add NUTS fits of the small laws")
+    parser.add_argument("--quick", action="store_true", help="5Mix sizes 70M and 410M only")
+    args = parser.parse_args(argv)
+    data = args.data if args.data is not None else shared_data_dir()
+    if data is None or not Path(data).is_dir():
+        print("real-data benchmark skipped: no shared data folder (../shared/data).")
+        return 0
+    warnings.filterwarnings("ignore")
+    t0 = time.perf_counter()
+    rows, notes = run(Path(data), args.n_starts, args.nuts, args.quick)
+    table = format_table(rows, with_dataset=True)
+    text = "\n".join(
+        [table, "", *[f"- {n}" for n in notes], f"- total time {time.perf_counter() - t0:.0f} s"]
+    )
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Shared helpers of the decision commands (``predict``, ``optimize``, ``plan``, ``suggest``):
+parsing budgets and levels, loading a fit, printing tables and writing outputs atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+import numpy as np
+import pandas as pd
+
+from climb_bayes.errors import ClimbError
+
+__all__ = [
+    "echo_err",
+    "parse_budget",
+    "parse_budgets",
+    "parse_levels",
+    "load_fit_checked",
+    "fit_header",
+    "fmt_tokens",
+    "fmt_interval",
+    "render_table",
+    "write_frame",
+    "write_json",
+    "enable_compile_cache",
+]
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def echo_err(msg: str) -> None:
+    """A progress or note line on stderr."""
+    click.echo(msg, err=True)
+
+
+def parse_budget(text: str, option: str = "--budget") -> float:
+    """A token budget: ``1e12``, ``1000000000000``, ``100B``, ``1T``, ``300M`` (> 0)."""
+    t = str(text).strip().replace("_", "")
+    scale = 1.0
+    if t and t[-1].lower() in _SUFFIX:
+        scale, t = _SUFFIX[t[-1].lower()], t[:-1]
+    try:
+        value = float(t) * scale
+    except ValueError:
+        raise ClimbError(
+            f"{option}: {text!r} is not a number of tokens (write e.g. 1e12 or 1T)."
+        ) from None
+    if not math.isfinite(value) or value <= 0:
+        raise ClimbError(f"{option}: budgets must be positive numbers of tokens, got {text!r}.")
+    return value
+
+
+def parse_budgets(text: str, option: str = "--budgets") -> list[float]:
+    """Comma-separated budgets (see :func:`parse_budget`)."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ClimbError(f"{option}: give at least one budget, e.g. 1e10,1e11,1e12.")
+    return [parse_budget(p, option) for p in parts]
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """Comma-separated interval levels in (0, 1) (``90`` is read as 0.9)."""
+    out = []
+    for p in [x for x in str(text).split(",") if x.strip()]:
+        try:
+            v = float(p.strip().rstrip("%"))
+        except ValueError:
+            raise ClimbError(f"--levels: {p.strip()!r} is not a number.") from None
+        if v >= 1.0:
+            v = v / 100.0
+        if not 0.0 < v < 1.0:
+            raise ClimbError(f"--levels: levels must be in (0, 1), got {p.strip()}.")
+        out.append(v)
+    if not out:
+        raise ClimbError("--levels: give at least one level, e.g. 0.5,0.9.")
+    return tuple(sorted(set(out)))
+
+
+def load_fit_checked(path: Path) -> object:
+    """:func:`climb_bayes.fitresult.load_fit` (its errors are already user-facing)."""
+    from climb_bayes.fitresult import load_fit
+
+    return load_fit(path)
+
+
+def fmt_tokens(tokens: float) -> str:
+    """``1e12 -> '1T'``, ``2.5e10 -> '25B'``."""
+    from climb_bayes.design import format_budget
+
+    return format_budget(float(tokens))
+
+
+def fit_header(fit: object, path: Path) -> str:
+    """One line describing a fit: method, draws, likelihood, fitted budgets."""
+    runs = fit.runs
+    budgets = np.unique(np.asarray(runs.run_budgets))
+    pri = fit.priors
+    lik = f"Student-t(df={pri.student_df:g})" if pri.likelihood == "student_t" else "Normal"
+    kind = "NUTS posterior" if fit.method == "nuts" else "point fit (no parameter uncertainty)"
+    return (
+        f"fit {path}: {kind}, {fit.n_draws} draw(s), {len(fit.languages)} languages "
+        f"({', '.join(fit.languages)}); noise {lik} on log-loss; fitted budgets "
+        f"{', '.join(fmt_tokens(b) for b in budgets)}"
+    )
+
+
+def fmt_interval(lo: float, hi: float, digits: int = 4) -> str:
+    """``[lo, hi]`` with ``digits`` decimals (``inf`` kept)."""
+    def f(x: float) -> str:
+        return "inf" if np.isinf(x) else ("nan" if np.isnan(x) else f"{x:.{digits}f}")
+
+    return f"[{f(lo)}, {f(hi)}]"
+
+
+def render_table(rows: Sequence[Sequence[str]], header: Sequence[str], indent: str = "  ") -> str:
+    """Plain-text table with left-aligned first column and right-aligned others."""
+    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(row[j]) for row in cells) for j in range(len(header))]
+    lines = []
+    for k, row in enumerate(cells):
+        parts = [
+            row[j].ljust(widths[j]) if j == 0 else row[j].rjust(widths[j])
+            for j in range(len(header))
+        ]
+        lines.append(indent + "  ".join(parts).rstrip())
+        if k == 0:
+            lines.append(indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    from climb_bayes.atomic import atomic_write_text
+
+    atomic_write_text(path, text)
+
+
+def write_frame(df: pd.DataFrame, path: Path) -> None:
+    """Write a table atomically as CSV (``.csv``) or JSON records (``.json``)."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        _atomic_text(path, df.to_csv(index=False))
+    elif suffix == ".json":
+        _atomic_text(path, df.to_json(orient="records", indent=1))
+    else:
+        raise ClimbError(f"--out {path}: use a .csv or .json file name.")
+
+
+def write_json(obj: object, path: Path) -> None:
+    """Write a JSON document atomically (non-finite numbers become null)."""
+
+    def clean(x: object) -> object:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        if isinstance(x, np.generic):
+            return clean(x.item())
+        return x
+
+    _atomic_text(path, json.dumps(clean(obj), indent=1))
+
+
+def enable_compile_cache() -> None:
+    """Keep compiled solvers on disk between runs (JAX's persistent compilation cache).
+
+    The first ``optimize`` compiles a few solvers (seconds each); later runs load them. The
+    cache lives in ``$CLIMB_BAYES_CACHE`` or ``~/.cache/climb-bayes/jax``; set
+    ``CLIMB_BAYES_CACHE=off`` to disable it.
+    """
+    where = os.environ.get("CLIMB_BAYES_CACHE", "")
+    if where.lower() in {"off", "0", "no", "false"}:
+        return
+    path = Path(where) if where else Path.home() / ".cache" / "climb-bayes" / "jax"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except Exception:  # noqa: BLE001 - a cache is an optimisation only
+        pass

@@ -1,0 +1,232 @@
+"""Each law recovers its own simulated parameters; the interface, registry and MSL optimum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from climb_bayes.errors import ClimbError
+from climb_bayes.laws import FitOptions, Observations, fit_map, fit_nuts, get_law, parse_laws
+from climb_bayes.laws.climb import ClimbLaw, lawfit_from_fit
+from climb_bayes.laws.dml import DMLLaw, full_t
+from climb_bayes.laws.isolated import IsolatedLaw
+from climb_bayes.laws.msl import MSLLaw, family_matrix, optimal_mixture, read_families
+
+GROUPS = ("a", "b", "c")
+D_REF = 1e9
+
+
+def simulate(
+    law, params, *, n_mix=16, budgets=(0.3, 1.0, 3.0, 10.0), sigma=0.002, seed=0, zero_shares=False
+):
+    """Observations drawn from ``law`` with ``params`` (reference units, d_ref = 1e9)."""
+    rng = np.random.default_rng(seed)
+    m = len(GROUPS)
+    mixes = rng.dirichlet(np.ones(m), size=n_mix)
+    mixes = np.vstack([mixes, np.eye(m) * 0.8 + 0.2 / m])
+    if zero_shares:
+        mixes[:3, 0] = 0.0
+        mixes /= mixes.sum(axis=1, keepdims=True)
+    run_r = np.repeat(mixes, len(budgets), axis=0)
+    run_budget = np.tile(np.asarray(budgets) * D_REF, len(mixes))
+    n_runs = run_r.shape[0]
+    law = law.prepare(
+        Observations(
+            GROUPS,
+            [str(i) for i in range(n_runs)],
+            run_r,
+            run_budget,
+            np.arange(n_runs),
+            run_budget,
+            np.zeros(n_runs),
+            np.ones(n_runs),
+        )
+    )
+    from climb_bayes.laws.base import predict_draws
+
+    pred = predict_draws(
+        law, {k: np.asarray(v)[None] for k, v in params.items()}, run_r, run_budget / D_REF
+    )[0]
+    y = pred + rng.normal(0, sigma, pred.shape)
+    return Observations(
+        GROUPS,
+        [str(i) for i in range(n_runs)],
+        run_r,
+        run_budget,
+        np.repeat(np.arange(n_runs), m),
+        np.repeat(run_budget, m),
+        np.tile(np.arange(m), n_runs),
+        np.exp(y).ravel(),
+    ), law
+
+
+OPTS = FitOptions(n_starts=2, seed=0)
+
+
+def _assert_close(fit, truth, names, atol):
+    for name in names:
+        got = fit.draws[name][0]
+        assert np.allclose(got, truth[name], atol=atol), (name, got, truth[name])
+
+
+def test_isolated_recovers_its_parameters():
+    truth = {
+        "log_B": np.log([0.8, 0.6, 1.0]),
+        "beta": np.array([0.3, 0.4, 0.35]),
+        "log_E": np.log([1.8, 2.2, 1.5]),
+    }
+    obs, law = simulate(IsolatedLaw(), truth)
+    fit = fit_map(law, obs, OPTS, d_ref=D_REF)
+    _assert_close(fit, truth, ["log_B", "log_E"], 0.08)
+    _assert_close(fit, truth, ["beta"], 0.04)
+    assert np.all(fit.sigma < 0.005)
+
+
+def test_msl_recovers_its_parameters_and_skips_zero_shares():
+    truth = {
+        "log_B": np.log([0.8, 0.6, 1.0]),
+        "beta": np.array([0.3, 0.4, 0.35]),
+        "log_E": np.log([1.8, 2.2, 1.5]),
+        "gamma": np.array([0.05, 0.1, 0.2]),
+    }
+    obs, law = simulate(MSLLaw(), truth, zero_shares=True)
+    assert obs.zero_share.sum() == 3 * 4
+    fit = fit_map(law, obs, OPTS, d_ref=D_REF)
+    assert fit.info["n_fit"] == obs.n - 12
+    _assert_close(fit, truth, ["log_B", "log_E"], 0.08)
+    _assert_close(fit, truth, ["beta", "gamma"], 0.03)
+
+
+def test_dml_recovers_its_parameters_with_budget_term():
+    t = np.array([[-1.5, 0.5, 0.3], [0.7, -2.0, 0.2]])
+    truth = {
+        "log_c": np.log([1.5, 1.8, 1.2]),
+        "log_k": np.log([0.9, 0.7, 1.1]),
+        "t_free": t,
+        "alpha": np.array([0.3, 0.25, 0.4]),
+    }
+    obs, law = simulate(DMLLaw(), truth, zero_shares=True)
+    assert law.budget_term is True
+    fit = fit_map(law, obs, OPTS, d_ref=D_REF)
+    assert fit.info["n_fit"] == obs.n  # zero-share observations are usable
+    _assert_close(fit, truth, ["log_c", "log_k"], 0.08)
+    _assert_close(fit, truth, ["t_free"], 0.25)
+    _assert_close(fit, truth, ["alpha"], 0.04)
+    assert np.allclose(np.asarray(full_t(t)).sum(axis=0), 0.0)
+
+
+def test_dml_drops_budget_term_on_one_budget():
+    truth = {
+        "log_c": np.log([1.5, 1.8, 1.2]),
+        "log_k": np.log([0.9, 0.7, 1.1]),
+        "t_free": np.array([[-1.5, 0.5, 0.3], [0.7, -2.0, 0.2]]),
+    }
+    obs, law = simulate(DMLLaw(), truth, budgets=(1.0,), n_mix=30)
+    assert law.budget_term is False
+    assert "alpha" not in law.param_specs(3)
+    fit = fit_map(law, obs, OPTS, d_ref=D_REF)
+    _assert_close(fit, truth, ["t_free"], 0.3)
+
+
+def test_climb_adapter_matches_core_fit_and_recovers_the_world(map_fit3, world3, runs3):
+    fit = lawfit_from_fit(map_fit3)
+    assert fit.method == "map" and fit.n_draws == 1
+    obs = Observations.from_runs(runs3)
+    # adapter predictions equal the core law's predictions in tokens units
+    from climb_bayes.law import log_loss
+
+    p = map_fit3.law_draws()
+    core = np.asarray(log_loss(obs.r, obs.tokens, *[np.asarray(x)[0] for x in p]))
+    assert np.allclose(fit.predict_obs(obs)[0], core[np.arange(obs.n), obs.group], atol=1e-9)
+    # and they match the noise-free truth closely on the fitted design
+    truth = np.asarray(log_loss(obs.r, obs.tokens, *world3.law()))[np.arange(obs.n), obs.group]
+    # (two budgets do not pin beta and E separately for a point fit: compare predictions)
+    assert np.max(np.abs(fit.predict_obs(obs)[0] - truth)) < 0.03
+
+
+def test_nuts_on_a_tiny_model():
+    truth = {
+        "log_B": np.log([0.8, 0.6, 1.0]),
+        "beta": np.array([0.3, 0.4, 0.35]),
+        "log_E": np.log([1.8, 2.2, 1.5]),
+    }
+    obs, law = simulate(IsolatedLaw(), truth, n_mix=6, sigma=0.01)
+    opts = FitOptions(n_starts=1, chains=1, warmup=100, samples=150)
+    fit = fit_nuts(law, obs, opts, d_ref=D_REF)
+    assert fit.method == "nuts" and fit.n_draws == 150
+    assert fit.sigma.shape == (150, 3)
+    assert np.allclose(np.median(fit.draws["beta"], axis=0), truth["beta"], atol=0.1)
+    samples = fit.predictive_samples(obs, 200)
+    assert samples.shape == (200, obs.n)
+
+
+def test_registry_and_errors(tmp_path):
+    laws = parse_laws("climb, isolated,msl,dml")
+    assert [law.name for law in laws] == ["climb", "isolated", "msl", "dml"]
+    assert isinstance(laws[0], ClimbLaw)
+    with pytest.raises(ClimbError, match="unknown law 'foo'"):
+        parse_laws("climb,foo")
+    with pytest.raises(ClimbError, match="twice"):
+        parse_laws("msl,msl")
+    with pytest.raises(ClimbError, match="empty"):
+        parse_laws(" , ")
+    path = tmp_path / "fam.csv"
+    path.write_text("group,family\na,x\nb,x\n")
+    assert read_families(path) == {"a": "x", "b": "x"}
+    law = get_law("msl", families=read_families(path))
+    assert law.families == (("a", "x"), ("b", "x"))
+    bad = tmp_path / "fam.txt"
+    bad.write_text("a x\n")
+    with pytest.raises(ClimbError, match="must be .csv"):
+        read_families(bad)
+
+
+def test_msl_families_share_the_family_budget():
+    same = family_matrix(GROUPS, {"a": "x", "b": "x"})
+    assert np.array_equal(same, [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+    law = MSLLaw.with_families({"a": "x", "b": "x"})
+    obs, law = simulate(
+        law,
+        {
+            "log_B": np.zeros(3),
+            "beta": np.full(3, 0.3),
+            "log_E": np.zeros(3),
+            "gamma": np.full(3, 0.1),
+        },
+        zero_shares=True,
+    )
+    # a has zero share in 3 mixtures but its family (with b) does not: still usable
+    assert law.usable(obs).n == obs.n
+
+
+def test_msl_optimal_mixture_closed_form_and_optimality():
+    C = np.array([2.0, 1.0, 3.0])
+    gamma = np.full(3, 0.2)
+    w = np.array([1.0, 2.0, 1.0])
+    r = optimal_mixture(C, gamma, weights=w)
+    closed = (w * C * gamma) ** (1 / 1.2)
+    assert np.allclose(r, closed / closed.sum(), atol=1e-9)
+    # unequal gammas and families: no random mixture does better
+    gamma = np.array([0.1, 0.3, 0.2])
+    same = family_matrix(GROUPS, {"a": "x", "b": "x"})
+    r = optimal_mixture(C, gamma, weights=w, same=same)
+    assert r.sum() == pytest.approx(1.0)
+
+    def objective(mix):
+        s = mix @ same
+        return np.sum(w * C * s ** (-gamma), axis=-1)
+
+    rand = np.random.default_rng(0).dirichlet(np.ones(3), size=2000)
+    assert objective(r) <= objective(rand).min() + 1e-12
+    # vectorised over draws
+    rs = optimal_mixture(np.stack([C, C * 2]), np.stack([gamma, gamma]))
+    assert rs.shape == (2, 3)
+
+
+def test_observations_to_runs_round_trip(runs3):
+    obs = Observations.from_runs(runs3)
+    back = obs.to_runs()
+    assert back.n_obs == runs3.n_obs
+    assert np.allclose(np.sort(back.obs_loss), np.sort(runs3.obs_loss))
+    r, tok, op = obs.points()
+    assert r.shape == (runs3.n_points, 3) and op.shape == (obs.n,)

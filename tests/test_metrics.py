@@ -1,0 +1,111 @@
+"""Metrics match hand-computed values; coverage is nominal for a calibrated Gaussian forecast."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from climb_bayes.metrics import (
+    COVERAGE_LEVELS,
+    calibration_error,
+    crps_samples,
+    huber_log,
+    interval_coverage,
+    log_predictive_density,
+    mean_relative_error,
+    r2,
+    r2_by_group,
+    rmsle,
+    score,
+)
+
+
+def test_r2_hand_computed():
+    y = np.array([1.0, 2.0, 3.0, 4.0])
+    yhat = np.array([1.1, 1.9, 3.2, 3.8])
+    # SS_res = 0.01 + 0.01 + 0.04 + 0.04 = 0.1; SS_tot = 5
+    assert r2(y, yhat) == pytest.approx(1 - 0.1 / 5.0)
+    assert math.isnan(r2(np.array([1.0]), np.array([1.0])))
+    assert math.isnan(r2(np.ones(3), np.ones(3)))
+
+
+def test_pooled_r2_is_inflated_by_spread_between_groups():
+    rng = np.random.default_rng(0)
+    group = np.repeat([0, 1], 50)
+    y = np.where(group == 0, 2.0, 4.0) + rng.normal(0, 0.1, 100)
+    yhat = np.where(group == 0, 2.0, 4.0)  # knows only each group's mean
+    per = r2_by_group(y, yhat, group)
+    assert r2(y, yhat) > 0.98
+    assert np.all(per < 0.05)
+
+
+def test_huber_mre_rmsle_hand_computed():
+    obs = np.array([2.0, 3.0])
+    pred = obs * np.exp([0.0005, 0.01])  # one quadratic, one linear residual
+    expected = (0.5 * 0.0005**2 + 1e-3 * (0.01 - 0.0005)) / 2
+    assert huber_log(pred, obs) == pytest.approx(expected, rel=1e-9)
+    assert mean_relative_error(np.array([1.1, 0.9]), np.array([1.0, 1.0])) == pytest.approx(0.1)
+    assert rmsle(np.exp([0.1, -0.1]), np.ones(2)) == pytest.approx(0.1)
+
+
+def test_crps_point_forecast_and_brute_force():
+    y = np.array([0.3, -1.0])
+    point = np.zeros((5, 2))
+    assert np.allclose(crps_samples(point, y), np.abs(y))
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(7, 2))
+    brute = np.mean(np.abs(x - y), axis=0) - 0.5 * np.mean(
+        np.abs(x[:, None, :] - x[None, :, :]), axis=(0, 1)
+    )
+    assert np.allclose(crps_samples(x, y), brute)
+
+
+def test_crps_matches_gaussian_closed_form():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(20000, 1))
+    closed = 2 / math.sqrt(2 * math.pi) - 1 / math.sqrt(math.pi)  # CRPS(N(0,1), 0)
+    assert crps_samples(x, np.zeros(1))[0] == pytest.approx(closed, abs=0.01)
+
+
+def test_log_predictive_density():
+    ll = np.array([[-1.0, -2.0], [-1.0, -3.0]])
+    expected = [-1.0, math.log(0.5 * (math.exp(-2) + math.exp(-3)))]
+    assert np.allclose(log_predictive_density(ll), expected)
+
+
+def test_coverage_calibrated_gaussian_is_nominal_and_narrow_is_flagged():
+    rng = np.random.default_rng(3)
+    n = 4000
+    y = rng.normal(size=n)
+    calibrated = rng.normal(size=(400, n))
+    cov = interval_coverage(calibrated, y)
+    assert np.allclose(cov, COVERAGE_LEVELS, atol=0.03)
+    assert calibration_error(cov) < 1e-3
+    narrow = 0.3 * rng.normal(size=(400, n))
+    cov_n = interval_coverage(narrow, y)
+    assert np.all(cov_n < np.asarray(COVERAGE_LEVELS) - 0.2)
+    assert calibration_error(cov_n) > 0.05
+
+
+def test_calibration_error_hand_computed():
+    cov = np.array([0.25, 0.4, 0.45, 0.5])
+    expected = np.mean((cov - np.array([0.5, 0.8, 0.9, 0.95])) ** 2)
+    assert calibration_error(cov) == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        calibration_error(np.ones(3))
+
+
+def test_score_reports_everything():
+    rng = np.random.default_rng(4)
+    loss = np.exp(rng.normal(1.0, 0.1, 60))
+    group = np.repeat([0, 1, 2], 20)
+    point = np.log(loss) + 0.01
+    samples = np.log(loss)[None] + rng.normal(0, 0.02, (200, 60))
+    out = score(loss, group, point, samples, np.full((1, 60), -1.0), n_groups=3)
+    for key in ("r2_pooled", "r2_group_mean", "huber", "mre", "rmsle", "cal_error", "crps"):
+        assert np.isfinite(out[key])
+    assert out["lpd"] == pytest.approx(-1.0)
+    assert set(out["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
+    assert len(out["r2_group"]) == 3
