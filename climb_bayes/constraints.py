@@ -77,9 +77,7 @@ class Availability:
                 f"row 'language,tokens[,max_epochs]' for each."
             )
         idx = [index[lang] for lang in languages]
-        return Availability(
-            tuple(languages), self.tokens[idx], self.max_epochs[idx], self.source
-        )
+        return Availability(tuple(languages), self.tokens[idx], self.max_epochs[idx], self.source)
 
     def caps(self, budget: float) -> np.ndarray:
         """Share caps ``tokens_i * max_epochs_i / budget`` at ``budget`` tokens (unclipped)."""
@@ -108,7 +106,9 @@ def read_availability(
     if not math.isfinite(default_epochs) or default_epochs <= 0:
         raise ClimbError(f"--max-epochs must be a positive number, got {default_epochs}.")
     if not path.is_file():
-        raise ClimbError(f"{path}: availability file not found (CSV: language,tokens[,max_epochs]).")
+        raise ClimbError(
+            f"{path}: availability file not found (CSV: language,tokens[,max_epochs])."
+        )
     try:
         df = pd.read_csv(path, dtype={"language": str})
     except Exception as exc:  # noqa: BLE001 - any parser failure means the same to the user
@@ -247,7 +247,8 @@ class Constraints:
         if lo.sum() > 1.0 + FEASIBILITY_TOL:
             raise ClimbError(
                 f"infeasible constraints: the minimum shares sum to {lo.sum():.4g} > 1 "
-                f"({', '.join(f'{a}={v:g}' for a, v in zip(self.languages, lo, strict=True) if v)})."
+                f"({', '.join(f'{a}={v:g}' for a, v in zip(self.languages, lo, strict=True) if v)})"
+                "."
             )
         if hi.sum() < 1.0 - FEASIBILITY_TOL:
             detail = ""

@@ -43,10 +43,10 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.law import LawParams
 from climb_bayes.solvers import (
     WEIGHTED_LOSS,
-    composite_value,
-    per_draw_theta,
     composite_derivatives,
+    composite_value,
     interior_start,
+    per_draw_theta,
     solve_batch,
     weighted_loss,
 )
@@ -178,7 +178,9 @@ def _cvar_derivs(x: jax.Array, theta: dict, shared: None) -> tuple:
     value = t + c * jnp.mean(s * jax.nn.softplus(u))
     grad_r = c * jnp.mean(sig[:, None] * g, axis=0)
     grad_t = 1.0 - c * jnp.mean(sig)
-    h_rr = c * jnp.mean(dsig[:, None, None] * g[:, :, None] * g[:, None, :] + sig[:, None, None] * h, 0)
+    h_rr = c * jnp.mean(
+        dsig[:, None, None] * g[:, :, None] * g[:, None, :] + sig[:, None, None] * h, 0
+    )
     h_rt = -c * jnp.mean(dsig[:, None] * g, axis=0)
     h_tt = c * jnp.mean(dsig)
     hess = jnp.block([[h_rr, h_rt[:, None]], [h_rt[None, :], h_tt[None, None]]])

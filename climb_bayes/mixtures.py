@@ -109,11 +109,14 @@ def parse_language_map(
     out: dict[str, float] = {}
     for item in [x for x in text.split(",") if x.strip()]:
         if "=" not in item:
-            raise ClimbError(f"{option}: expected LANG=VALUE pairs separated by commas, got {item!r}.")
+            raise ClimbError(
+                f"{option}: expected LANG=VALUE pairs separated by commas, got {item!r}."
+            )
         lang, value = (s.strip() for s in item.split("=", 1))
         if languages is not None and lang not in languages:
             raise ClimbError(
-                f"{option}: language {lang!r} is not in the fit (languages: {', '.join(languages)})."
+                f"{option}: language {lang!r} is not in the fit "
+                f"(languages: {', '.join(languages)})."
             )
         if lang in out:
             raise ClimbError(f"{option}: language {lang!r} given twice.")
@@ -153,9 +156,7 @@ def parse_weights(text: str | None, languages: Sequence[str]) -> np.ndarray:
     return w / w.sum()
 
 
-def validate_shares(
-    shares: dict[str, float], languages: Sequence[str], source: str
-) -> np.ndarray:
+def validate_shares(shares: dict[str, float], languages: Sequence[str], source: str) -> np.ndarray:
     """Shares in the fit's language order, checked (all languages, >= 0, sum to 1)."""
     unknown = [lang for lang in shares if lang not in languages]
     if unknown:
@@ -195,7 +196,7 @@ def read_mixture_file(path: str, languages: Sequence[str]) -> np.ndarray:
         if isinstance(data, dict) and isinstance(data.get("shares"), dict):
             data = data["shares"]
         if not isinstance(data, dict):
-            raise ClimbError(f"{path}: expected a JSON object {{\"en\": 0.3, ...}}.")
+            raise ClimbError(f'{path}: expected a JSON object {{"en": 0.3, ...}}.')
         try:
             shares = {str(k): float(v) for k, v in data.items()}
         except (TypeError, ValueError):
@@ -208,7 +209,9 @@ def read_mixture_file(path: str, languages: Sequence[str]) -> np.ndarray:
     cols = [str(c).strip() for c in df.columns]
     df.columns = cols
     if "language" in cols and "share" in cols:
-        shares = {str(a).strip(): float(b) for a, b in zip(df["language"], df["share"], strict=True)}
+        shares = {
+            str(a).strip(): float(b) for a, b in zip(df["language"], df["share"], strict=True)
+        }
         return validate_shares(shares, languages, path)
     rcols = [c for c in cols if c.startswith("r_")]
     if not rcols:

@@ -56,8 +56,8 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.law import LawParams
 from climb_bayes.solvers import (
     direct_batch,
-    direction_draws,
     direct_trust_constr,
+    direction_draws,
     two_step_batch,
     two_step_trust_constr,
 )
@@ -323,11 +323,14 @@ def _pct(level: float) -> str:
     return f"{100 * level:g}"
 
 
-def msl_baseline(runs: object) -> Callable[[float, np.ndarray], np.ndarray]:
+def msl_baseline(
+    runs: object, families: dict[str, str] | None = None
+) -> Callable[[float, np.ndarray], np.ndarray]:
     """The MSL law's optimum as a baseline: fit MSL (point fit) to ``runs`` once, then
     ``(budget, weights) -> shares``.
 
-    Uses :mod:`climb_bayes.laws.msl` (He et al. 2024, per-group form, no families).
+    Uses :mod:`climb_bayes.laws.msl` (He et al. 2024): the per-group form, or the per-family
+    form when ``families`` (group -> family) is given.
 
     Raises
     ------
@@ -340,7 +343,7 @@ def msl_baseline(runs: object) -> Callable[[float, np.ndarray], np.ndarray]:
     except ImportError as exc:  # pragma: no cover - the module ships with the package
         raise ClimbError(f"MSL law not available ({exc}).") from None
     obs = Observations.from_runs(runs)
-    fitted = MSLLaw().fit(obs, method="map")
+    fitted = MSLLaw.with_families(families).fit(obs, method="map")
 
     def optimum(budget: float, weights: np.ndarray) -> np.ndarray:
         return np.asarray(optimal_mixture_fit(fitted, budget, weights=weights))[0]

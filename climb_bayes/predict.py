@@ -86,7 +86,9 @@ class NoiseModel:
 def noise_model(fit: object) -> NoiseModel:
     """The noise model of a :class:`~climb_bayes.fitresult.Fit` (its likelihood and sigma)."""
     priors = fit.priors
-    return NoiseModel(np.asarray(fit.sigma_draws(), dtype=float), priors.likelihood, priors.student_df)
+    return NoiseModel(
+        np.asarray(fit.sigma_draws(), dtype=float), priors.likelihood, priors.student_df
+    )
 
 
 def law_log_loss(params: LawParams, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -257,7 +259,10 @@ def predict_table(
     levels = tuple(float(x) for x in levels)
     log_l = law_log_loss(params, r, budgets)  # (S, B, m)
     pred = predictive_log_loss(log_l, noise, seed=seed)
-    summaries = {"expected": summarize(np.exp(log_l), levels), "predictive": summarize(np.exp(pred), levels)}
+    summaries = {
+        "expected": summarize(np.exp(log_l), levels),
+        "predictive": summarize(np.exp(pred), levels),
+    }
     names = list(mixture_names) if mixture_names is not None else [""] * budgets.size
     rows = []
     for b, budget in enumerate(budgets):

@@ -163,9 +163,7 @@ MAGNITUDE = Objective(_magnitude_of_rt, False)
 """The two-step magnitude objective: needs ``p, rho`` in ``theta``."""
 
 
-def weighted_loss(
-    r: jax.Array, D: jax.Array, params: LawParams, weights: jax.Array
-) -> jax.Array:
+def weighted_loss(r: jax.Array, D: jax.Array, params: LawParams, weights: jax.Array) -> jax.Array:
     """Weighted loss ``sum_i w_i L_i(D, r)`` (nats/token), broadcasting over leading axes.
 
     Parameters
@@ -482,6 +480,10 @@ def solve_batch(
     lo = np.asarray(lo, dtype=float)
     hi = np.asarray(hi, dtype=float)
     m = lo.size
+    if hi.sum() <= 1.0 + 1e-12:  # the caps add up to 1: r = hi is the only feasible point
+        lo = hi.copy()
+    elif lo.sum() >= 1.0 - 1e-12:  # the minimums add up to 1: r = lo is
+        hi = lo.copy()
     free, has_hi, z_r = _structure(lo, hi)
     x0 = np.asarray(x0, dtype=float)
     n_var = x0.shape[1]
@@ -491,7 +493,13 @@ def solve_batch(
     mus = np.concatenate([np.full(steps, mu) for mu, steps in schedule])
     x0 = x0.copy()
     x0[:, :m] = np.where(free, x0[:, :m], lo)
-    args = (jnp.asarray(lo), jnp.asarray(hi), jnp.asarray(free), jnp.asarray(has_hi), jnp.asarray(z))
+    args = (
+        jnp.asarray(lo),
+        jnp.asarray(hi),
+        jnp.asarray(free),
+        jnp.asarray(has_hi),
+        jnp.asarray(z),
+    )
     x, fun, dec = _solve_batch_jit(
         value_fn, derivs_fn, theta, shared, jnp.asarray(x0), *args, jnp.asarray(mus)
     )

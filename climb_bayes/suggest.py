@@ -263,9 +263,7 @@ def rank_candidates(
     df.insert(0, "rank", np.arange(1, len(df) + 1))
     what = "r* spread" if target == "rstar" else "weighted-loss spread"
     unit = "" if target == "rstar" else " nats"
-    df["reason"] = [
-        _reason(row, what, unit) for row in df.itertuples(index=False)
-    ]
+    df["reason"] = [_reason(row, what, unit) for row in df.itertuples(index=False)]
     return df.reset_index(drop=True)
 
 

@@ -64,17 +64,16 @@ def parse_budgets(text: str, option: str = "--budgets") -> list[float]:
 
 
 def parse_levels(text: str) -> tuple[float, ...]:
-    """Comma-separated interval levels in (0, 1) (``90`` is read as 0.9)."""
+    """Comma-separated interval levels in (0, 1) (``90%`` is read as 0.9)."""
     out = []
-    for p in [x for x in str(text).split(",") if x.strip()]:
+    for p in [x.strip() for x in str(text).split(",") if x.strip()]:
+        pct = p.endswith("%")
         try:
-            v = float(p.strip().rstrip("%"))
+            v = float(p.rstrip("%")) / (100.0 if pct else 1.0)
         except ValueError:
-            raise ClimbError(f"--levels: {p.strip()!r} is not a number.") from None
-        if v >= 1.0:
-            v = v / 100.0
+            raise ClimbError(f"--levels: {p!r} is not a number.") from None
         if not 0.0 < v < 1.0:
-            raise ClimbError(f"--levels: levels must be in (0, 1), got {p.strip()}.")
+            raise ClimbError(f"--levels: levels must be in (0, 1) (or percentages), got {p}.")
         out.append(v)
     if not out:
         raise ClimbError("--levels: give at least one level, e.g. 0.5,0.9.")
@@ -111,6 +110,7 @@ def fit_header(fit: object, path: Path) -> str:
 
 def fmt_interval(lo: float, hi: float, digits: int = 4) -> str:
     """``[lo, hi]`` with ``digits`` decimals (``inf`` kept)."""
+
     def f(x: float) -> str:
         return "inf" if np.isinf(x) else ("nan" if np.isnan(x) else f"{x:.{digits}f}")
 

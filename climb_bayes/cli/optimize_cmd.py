@@ -41,7 +41,13 @@ __all__ = ["optimize"]
     default=None,
     help="Importance weights: en=2,de=1 (others 1) or one value per language in fit order.",
 )
-@click.option("--rho", type=float, default=100.0, help="Penalty of the two-step magnitude problem.")
+@click.option(
+    "--rho",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="Penalty of the two-step magnitude problem.",
+)
 @click.option(
     "--risk",
     type=float,
@@ -58,20 +64,40 @@ __all__ = ["optimize"]
     help="Tokens available per language (CSV language,tokens[,max_epochs]): caps each share at "
     "tokens x max_epochs / budget; enables the natural, temperature and UniMax baselines.",
 )
-@click.option("--max-epochs", type=float, default=1.0, help="Epoch cap where the file has none.")
-@click.option("--tau", type=float, default=0.3, help="Exponent of the temperature baseline.")
-@click.option("--levels", default="0.5,0.9", help="Central interval levels.")
+@click.option(
+    "--max-epochs",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Epoch cap where the file has none.",
+)
+@click.option(
+    "--tau",
+    type=float,
+    default=0.3,
+    show_default=True,
+    help="Exponent of the temperature baseline.",
+)
+@click.option("--levels", default="0.5,0.9", show_default=True, help="Central interval levels.")
 @click.option(
     "--solver",
     type=click.Choice(["fast", "trust-constr"]),
     default="fast",
+    show_default=True,
     help="Batched interior-point Newton (all draws at once) or scipy trust-constr per draw.",
 )
 @click.option("--max-draws", type=int, default=None, help="Use at most this many posterior draws.")
 @click.option(
     "--baselines/--no-baselines",
     default=True,
+    show_default=True,
     help="Compare with uniform, natural, temperature, UniMax, Isolated-law and MSL-law mixtures.",
+)
+@click.option(
+    "--families",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Group -> family file (CSV group,family or JSON) for the MSL baseline's per-family form.",
 )
 @click.option(
     "-o",
@@ -103,6 +129,7 @@ def optimize(
     solver: str,
     max_draws: int | None,
     baselines: bool,
+    families: Path | None,
     out: Path | None,
     draws_out: Path | None,
 ) -> None:
@@ -136,9 +163,7 @@ def optimize(
     fit = load_fit_checked(fit_file)
     langs = fit.languages
     w = parse_weights(weights, langs)
-    avail = (
-        read_availability(available, langs, default_epochs=max_epochs) if available else None
-    )
+    avail = read_availability(available, langs, default_epochs=max_epochs) if available else None
     cons = Constraints.build(
         langs,
         parse_language_map(min_text, langs, option="--min") if min_text else None,
@@ -152,8 +177,13 @@ def optimize(
     msl = None
     if baselines:
         echo_err("fitting the MSL law to the fit's runs (baseline)...")
+        fam = None
+        if families is not None:
+            from climb_bayes.laws.msl import read_families
+
+            fam = read_families(families)  # a bad file is the user's error: exit 2
         try:
-            msl = msl_baseline(fit.runs)
+            msl = msl_baseline(fit.runs, fam)
         except Exception as exc:  # noqa: BLE001 - a baseline must not stop the command
             echo_err(f"  MSL baseline skipped: {exc}")
     results = optimize_budgets(
@@ -173,7 +203,8 @@ def optimize(
     )
     click.echo(fit_header(fit, fit_file))
     click.echo(
-        "weights: " + ", ".join(f"{k}={v:.3g}" for k, v in zip(langs, w, strict=True))
+        "weights: "
+        + ", ".join(f"{k}={v:.3g}" for k, v in zip(langs, w, strict=True))
         + f"; {results[0].n_draws} draws; solver {solver}"
     )
     for res in results:
@@ -209,9 +240,8 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
     top = max(levels)
     click.echo(
         f"\nD = {res.budget:.4g} tokens ({fmt_tokens(res.budget)}): recommended mixture "
-        f"({res.recommended_name}) " + ", ".join(
-            f"{k}={v:.3f}" for k, v in zip(res.languages, res.recommended, strict=True)
-        )
+        f"({res.recommended_name}) "
+        + ", ".join(f"{k}={v:.3f}" for k, v in zip(res.languages, res.recommended, strict=True))
     )
     rows = []
     for i, lang in enumerate(res.languages):
@@ -257,7 +287,7 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
                 c.note,
             ]
         )
-    click.echo(f"\n  weighted loss (nats/token) over the posterior, against the recommendation:")
+    click.echo("\n  weighted loss (nats/token) over the posterior, against the recommendation:")
     click.echo(
         render_table(
             rows,

@@ -21,6 +21,7 @@ __all__ = ["plan"]
     "--budgets",
     "budgets_text",
     default="5e9,2.5e10",
+    show_default=True,
     help="Comma-separated token budgets; every Algorithm-1 run is trained at each.",
 )
 @click.option(
@@ -28,9 +29,19 @@ __all__ = ["plan"]
     default=None,
     help="The two focal shares c (e.g. 0.2,0.5); by default two are drawn per language.",
 )
-@click.option("--seed", type=int, default=0, help="Seed of the share draw and the hold-out runs.")
 @click.option(
-    "--holdout", type=int, default=0, help="Add N random mixtures at a larger budget (validation)."
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the share draw and the hold-out runs.",
+)
+@click.option(
+    "--holdout",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Add N random mixtures at a larger budget (validation).",
 )
 @click.option(
     "--holdout-budget",
@@ -66,7 +77,7 @@ def plan(
     from climb_bayes.mixtures import parse_number
 
     langs = [x.strip() for x in languages.split(",") if x.strip()]
-    budgets = parse_budgets(budgets_text)
+    budgets = [float(round(b)) for b in parse_budgets(budgets_text)]  # whole tokens
     share_list = None
     if shares is not None:
         share_list = [parse_number(x, "--shares") for x in shares.split(",") if x.strip()]
@@ -75,8 +86,8 @@ def plan(
     df = algorithm1_design(langs, budgets, shares=share_list, seed=seed)
     n_main = len(df)
     if holdout:
-        hb = (
-            parse_budget(holdout_budget, "--holdout-budget")
+        hb = float(
+            round(parse_budget(holdout_budget, "--holdout-budget"))
             if holdout_budget is not None
             else 4.0 * max(budgets)
         )

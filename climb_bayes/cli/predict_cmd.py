@@ -36,10 +36,11 @@ __all__ = ["predict"]
 @click.option(
     "--mixture",
     default="uniform",
+    show_default=True,
     help="Mixture: en=0.3,de=0.2,... | a file (JSON, CSV language,share, plan CSV[#run_id]) | "
     "uniform | natural | temperature[:tau] | unimax[:epochs] | isolated.",
 )
-@click.option("--levels", default="0.5,0.9", help="Central interval levels.")
+@click.option("--levels", default="0.5,0.9", show_default=True, help="Central interval levels.")
 @click.option(
     "--available",
     "available",
@@ -48,9 +49,17 @@ __all__ = ["predict"]
     help="Tokens available per language (CSV language,tokens[,max_epochs]); needed by "
     "natural, temperature and unimax.",
 )
-@click.option("--max-epochs", type=float, default=1.0, help="Epoch cap where the file has none.")
+@click.option(
+    "--max-epochs",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Epoch cap where the file has none.",
+)
 @click.option("--max-draws", type=int, default=None, help="Use at most this many posterior draws.")
-@click.option("--seed", type=int, default=0, help="Seed of the observation-noise draws.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the observation-noise draws."
+)
 @click.option(
     "-o",
     "--out",
@@ -80,8 +89,8 @@ def predict(
     Example: climb-bayes predict fit.nc --budget 1e12 --mixture en=0.5,de=0.3,zh=0.2
     """
     from climb_bayes.constraints import read_availability
-    from climb_bayes.mixtures import resolve_mixture
     from climb_bayes.law import LawParams
+    from climb_bayes.mixtures import resolve_mixture
     from climb_bayes.optimize import thin_index
     from climb_bayes.predict import NoiseModel, noise_model, predict_table
 
@@ -91,9 +100,7 @@ def predict(
     lv = parse_levels(levels)
     fit = load_fit_checked(fit_file)
     langs = fit.languages
-    avail = (
-        read_availability(available, langs, default_epochs=max_epochs) if available else None
-    )
+    avail = read_availability(available, langs, default_epochs=max_epochs) if available else None
     law = fit.law_draws()
     nm = noise_model(fit)
     idx = thin_index(fit.n_draws, max_draws)
@@ -121,13 +128,9 @@ def predict(
     fitted_max = float(np.max(fit.runs.run_budgets))
     for b, mix in zip(budgets, mixes, strict=True):
         factor = b / fitted_max
-        extra = (
-            f" ({factor:.3g}x the largest fitted budget: extrapolation)" if factor > 1.0 else ""
-        )
+        extra = f" ({factor:.3g}x the largest fitted budget: extrapolation)" if factor > 1.0 else ""
         click.echo(f"\nD = {b:.4g} tokens ({fmt_tokens(b)}){extra}; mixture {mix.name}")
-        click.echo(
-            "  shares: " + ", ".join(f"{k}={v:.3f}" for k, v in mix.as_dict().items())
-        )
+        click.echo("  shares: " + ", ".join(f"{k}={v:.3f}" for k, v in mix.as_dict().items()))
         sub = table[table["budget"] == b]
         rows = []
         for lang in langs:

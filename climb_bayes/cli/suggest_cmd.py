@@ -31,6 +31,7 @@ __all__ = ["suggest"]
     "--target",
     type=click.Choice(["rstar", "loss"]),
     default="rstar",
+    show_default=True,
     help="Reduce the posterior spread of the optimal mixture r*, or of the weighted loss of "
     "the recommended mixture, at the target budget.",
 )
@@ -50,11 +51,27 @@ __all__ = ["suggest"]
     default=None,
     help="Budgets of the generated candidates [default: the largest fitted budget and 4x it].",
 )
-@click.option("--n-random", type=int, default=6, help="Random (Dirichlet) candidate mixtures.")
-@click.option("--outcomes", type=int, default=64, help="Simulated outcomes per candidate.")
-@click.option("--max-draws", type=int, default=1000, help="Use at most this many posterior draws.")
-@click.option("--top", type=int, default=10, help="Print the best N candidates.")
-@click.option("--seed", type=int, default=0, help="Seed of the candidates and simulations.")
+@click.option(
+    "--n-random",
+    type=int,
+    default=6,
+    show_default=True,
+    help="Random (Dirichlet) candidate mixtures.",
+)
+@click.option(
+    "--outcomes", type=int, default=64, show_default=True, help="Simulated outcomes per candidate."
+)
+@click.option(
+    "--max-draws",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Use at most this many posterior draws.",
+)
+@click.option("--top", type=int, default=10, show_default=True, help="Print the best N candidates.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the candidates and simulations."
+)
 @click.option(
     "-o",
     "--out",
@@ -138,8 +155,10 @@ def suggest(
         law, nm, langs, cands, values, target=target, n_outcomes=outcomes, seed=seed, progress=tick
     )
     click.echo(fit_header(fit, fit_file))
-    what = "spread of r* (sd summed over languages)" if target == "rstar" else (
-        "sd of the weighted loss of the recommended mixture (nats/token)"
+    what = (
+        "spread of r* (sd summed over languages)"
+        if target == "rstar"
+        else ("sd of the weighted loss of the recommended mixture (nats/token)")
     )
     click.echo(
         f"target: {what} at {fmt_tokens(target_budget)} tokens; now "

@@ -1,0 +1,233 @@
+"""``climb-bayes plan`` (Algorithm-1 run list) and ``suggest`` (preposterior ranking)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import climb_bayes  # noqa: F401  (x64)
+from climb_bayes.cli import main
+from climb_bayes.errors import ClimbError
+from climb_bayes.optimize import thin_draws
+from climb_bayes.predict import NoiseModel, noise_model
+from climb_bayes.solvers import direct_batch
+from climb_bayes.suggest import (
+    Candidate,
+    default_candidates,
+    rank_candidates,
+    read_candidates,
+    weighted_spread,
+)
+
+LANGS5 = ("en", "de", "ru", "zh", "ja")
+
+
+# -- plan --------------------------------------------------------------------------------------
+
+
+def test_plan_cli_writes_algorithm1_csv_for_training(tmp_path, capsys):
+    out = tmp_path / "plan.csv"
+    rc = main(
+        [
+            "plan",
+            "--languages",
+            ",".join(LANGS5),
+            "--budgets",
+            "5e9,2.5e10",
+            "--seed",
+            "1",
+            "--holdout",
+            "4",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    assert "30 Algorithm-1 runs" in capsys.readouterr().out
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["run_id", "tokens"] + [f"r_{x}" for x in LANGS5]
+    assert len(df) == 3 * 5 * 2 + 4
+    r = df[[f"r_{x}" for x in LANGS5]].to_numpy()
+    np.testing.assert_allclose(r.sum(axis=1), 1.0, atol=1e-9)
+    main_runs = df.iloc[:30]
+    assert set(main_runs["tokens"]) == {5e9, 2.5e10}
+    assert (df.iloc[30:]["tokens"] == 1e11).all()  # hold-outs at 4x the largest budget
+    # per language: one monolingual run and two runs at share c per budget
+    for lang in LANGS5:
+        mine = main_runs[main_runs["run_id"].str.startswith(f"{lang}-")]
+        assert len(mine) == 6 and (mine[f"r_{lang}"] == 1.0).sum() == 2
+    # the training module reads it
+    from training.sweep import read_plan
+
+    langs, runs = read_plan(out)
+    assert langs == list(LANGS5) and len(runs) == 34
+    # same seed, same plan
+    out2 = tmp_path / "plan2.csv"
+    main(
+        [
+            "plan",
+            "--languages",
+            ",".join(LANGS5),
+            "--budgets",
+            "5e9,2.5e10",
+            "--seed",
+            "1",
+            "--holdout",
+            "4",
+            "-o",
+            str(out2),
+        ]
+    )
+    assert out.read_text() == out2.read_text()
+
+
+def test_plan_cli_stdout_and_errors(capsys):
+    assert main(["plan", "--languages", "en,de", "--budgets", "1e9", "--shares", "0.2,0.5"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("run_id,tokens,r_en,r_de") and "en-c0.2-1B" in text
+    for args, msg in (
+        (["--languages", "en", "--budgets", "1e9"], "at least 2"),
+        (["--languages", "en,de", "--budgets", "0"], "positive"),
+        (["--languages", "en,de", "--budgets", "1e9", "--shares", "0.2"], "two numbers"),
+        (["--languages", "en,en", "--budgets", "1e9"], "distinct"),
+        (["--languages", "en,de", "--budgets", "1e9", "--holdout", "-1"], ">= 0"),
+    ):
+        assert main(["plan", *args]) == 2
+        assert msg in capsys.readouterr().err
+
+
+# -- suggest -----------------------------------------------------------------------------------
+
+
+def test_weighted_spread_matches_numpy():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(50, 3))
+    w = np.full(50, 1 / 50)
+    np.testing.assert_allclose(weighted_spread(q, w), q.var(axis=0).sum())
+    w2 = rng.dirichlet(np.ones(50), size=4)
+    for k in range(4):
+        mean = w2[k] @ q
+        np.testing.assert_allclose(
+            weighted_spread(q, w2[k]), (w2[k] @ (q - mean) ** 2).sum(), rtol=1e-10
+        )
+
+
+@pytest.fixture(scope="module")
+def small_posterior(nuts_fit3):
+    law = thin_draws(nuts_fit3.law_draws(), 200)
+    nm0 = noise_model(nuts_fit3)
+    idx = np.unique(np.linspace(0, nuts_fit3.n_draws - 1, 200).round().astype(int))
+    nm = NoiseModel(nm0.sigma[idx], nm0.likelihood, nm0.df)
+    m = len(nuts_fit3.languages)
+    rstar = direct_batch(law, 1e12, np.full(m, 1 / m), np.zeros(m), np.ones(m)).x
+    return law, nm, rstar
+
+
+def test_preposterior_reduction_tracks_noise(nuts_fit3, small_posterior):
+    """A run measured with huge noise teaches nothing; a precisely measured one a lot."""
+    law, nm, rstar = small_posterior
+    langs = nuts_fit3.languages
+    cand = [Candidate("uniform", np.full(3, 1 / 3), 1e11)]
+    noisy = NoiseModel(np.full_like(nm.sigma, 5.0), "normal")
+    precise = NoiseModel(np.full_like(nm.sigma, 1e-3), "normal")
+    a = rank_candidates(law, noisy, langs, cand, rstar, n_outcomes=32)
+    b = rank_candidates(law, precise, langs, cand, rstar, n_outcomes=32)
+    assert abs(a["reduction_pct"].iloc[0]) < 5.0
+    assert b["reduction_pct"].iloc[0] > 20.0
+    assert "within the noise" in a["reason"].iloc[0]
+
+
+def test_rank_candidates_table(nuts_fit3, small_posterior):
+    law, nm, rstar = small_posterior
+    langs = nuts_fit3.languages
+    cands = default_candidates(langs, [2.5e10, 1e11], recommended=rstar.mean(axis=0), n_random=2)
+    assert len(cands) == 2 * (1 + 1 + 3 + 2)
+    for c in cands:
+        assert abs(c.shares.sum() - 1) < 1e-12 and c.shares.min() > 0
+    df = rank_candidates(law, nm, langs, cands, rstar, n_outcomes=16)
+    assert list(df["rank"]) == list(range(1, len(cands) + 1))
+    assert (np.diff(df["reduction"].to_numpy()) <= 1e-15).all()
+    assert df["reason"].str.len().min() > 20
+    with pytest.raises(ClimbError, match="NUTS"):
+        rank_candidates(
+            thin_draws(law, 1),
+            NoiseModel(nm.sigma[:1], nm.likelihood, nm.df),
+            langs,
+            cands,
+            rstar[:1],
+        )
+
+
+def test_read_candidates(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("run_id,tokens,r_en,r_de,r_zh\na,1e11,0.5,0.3,0.2\nb,5e10,0,0.5,0.5\n")
+    cands = read_candidates(str(path), ("en", "de", "zh"))
+    assert [c.name for c in cands] == ["a", "b"] and cands[1].budget == 5e10
+    path.write_text("run_id,tokens,r_en,r_de\na,1e11,0.5,0.5\n")
+    with pytest.raises(ClimbError, match="r_zh"):
+        read_candidates(str(path), ("en", "de", "zh"))
+
+
+@pytest.fixture(scope="module")
+def fit_files(nuts_fit3, map_fit3, tmp_path_factory):
+    d = tmp_path_factory.mktemp("suggest")
+    return nuts_fit3.save(d / "nuts.nc"), map_fit3.save(d / "map.nc")
+
+
+def test_suggest_cli(fit_files, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CLIMB_BAYES_CACHE", "off")
+    nuts, _ = fit_files
+    out = tmp_path / "s.csv"
+    rc = main(
+        [
+            "suggest",
+            str(nuts),
+            "--budget",
+            "1e12",
+            "--max-draws",
+            "200",
+            "--outcomes",
+            "16",
+            "--n-random",
+            "2",
+            "--top",
+            "3",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "why:" in text and text.count(" tokens the ") >= 3
+    df = pd.read_csv(out)
+    assert len(df) == 14 and df["rank"].iloc[0] == 1
+    rc = main(
+        [
+            "suggest",
+            str(nuts),
+            "--budget",
+            "1e12",
+            "--target",
+            "loss",
+            "--max-draws",
+            "100",
+            "--outcomes",
+            "8",
+            "--n-random",
+            "0",
+            "--candidate-budgets",
+            "5e10",
+        ]
+    )
+    assert rc == 0
+
+
+def test_suggest_cli_errors(fit_files, capsys):
+    nuts, point = fit_files
+    assert main(["suggest", str(point), "--budget", "1e12"]) == 2
+    assert "NUTS" in capsys.readouterr().err
+    assert main(["suggest", str(nuts), "--budget", "-1"]) == 2
+    assert "positive" in capsys.readouterr().err
+    assert main(["suggest", str(nuts), "--budget", "1e12", "--weights", "1,2"]) == 2
+    assert "3 languages" in capsys.readouterr().err
