@@ -17,14 +17,34 @@ from __future__ import annotations
 import argparse
 import time
 
+import jax
+from numpyro.infer.util import initialize_model
+
 import climb_bayes  # noqa: F401  (x64 + host devices before JAX starts)
 from climb_bayes.design import algorithm1_design
 from climb_bayes.fitting import fit_runs
+from climb_bayes.model import climb_model, model_data
 from climb_bayes.nuts import NutsConfig
+from climb_bayes.priors import Priors
 from climb_bayes.runs import runs_from_frame
 from climb_bayes.simulate import example_params, simulate_runs
 
 LANGS16 = "de en nl es pt fr it id ja ko zh ru ar th vi tr".split()
+
+
+def gradient_ms(runs) -> float:
+    """Milliseconds per gradient of the model's potential energy (jitted, after compilation)."""
+    data = model_data(runs, Priors())
+    info = initialize_model(jax.random.PRNGKey(0), climb_model, model_args=(data, Priors()))
+    grad = jax.jit(jax.value_and_grad(info.potential_fn))
+    z = info.param_info.z
+    jax.block_until_ready(grad(z))
+    n = 200
+    t0 = time.perf_counter()
+    for _ in range(n):
+        out = grad(z)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / n * 1e3
 
 
 def bench(m: int, args: argparse.Namespace) -> dict:
@@ -54,6 +74,8 @@ def bench(m: int, args: argparse.Namespace) -> dict:
         "max_rhat": d.max_rhat,
         "divergences": d.divergences,
         "treedepth_hits": d.treedepth_saturated,
+        "steps_per_draw": float(fit.tree["sample_stats"]["n_steps"].mean()),
+        "grad_ms": gradient_ms(runs),
     }
 
 
@@ -70,7 +92,7 @@ def main() -> None:
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
-        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()]
+        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in r.values()]
         print("| " + " | ".join(cells) + " |")
 
 

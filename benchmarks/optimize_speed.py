@@ -1,8 +1,8 @@
 """Speed and accuracy of the batched mixture solver against scipy trust-constr per draw.
 
-For each (draws, languages) configuration: synthetic posterior draws (the world of
-:func:`climb_bayes.simulate.example_params`, jittered), the direct minimiser of the weighted
-loss and the paper's two-step solution at a target budget, solved
+For each (draws, languages) configuration: synthetic posterior draws
+(:func:`climb_bayes.simulate.example_draws`), the direct minimiser of the weighted loss and the
+paper's two-step solution at a target budget, solved
 
 * all draws at once with the fast path (:func:`climb_bayes.solvers.direct_batch`,
   :func:`~climb_bayes.solvers.two_step_batch`; compile time reported separately), and
@@ -30,8 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import climb_bayes  # noqa: E402,F401  (x64 before JAX starts)
-from climb_bayes.law import LawParams  # noqa: E402
-from climb_bayes.simulate import example_params  # noqa: E402
+from climb_bayes.simulate import example_draws  # noqa: E402
 from climb_bayes.solvers import (  # noqa: E402
     direct_batch,
     direct_trust_constr,
@@ -40,30 +39,10 @@ from climb_bayes.solvers import (  # noqa: E402
 )
 
 
-def synthetic_draws(m: int, n: int, seed: int = 0) -> LawParams:
-    """``n`` jittered draws around the ``example_params`` world with ``m`` languages."""
-    law = example_params([f"l{i}" for i in range(m)], seed=seed).law()
-    rng = np.random.default_rng(seed)
-
-    def jit(a: np.ndarray, s: float) -> np.ndarray:
-        a = np.asarray(a, dtype=float)
-        return a[None] + s * rng.normal(size=(n,) + a.shape)
-
-    off = 1.0 - np.eye(m)
-    return LawParams(
-        jit(law.log_B, 0.1),
-        np.abs(jit(law.beta, 0.02)),
-        jit(law.log_E, 0.02),
-        jit(law.b, 0.05) * off,
-        jit(law.k, 1e8) * off,
-        np.abs(jit(law.eta, 1.0)),
-    )
-
-
 def run(
     n: int, m: int, subset: int, budget: float, rho: float, reps: int, box: tuple | None = None
 ) -> list[dict]:
-    params = synthetic_draws(m, n)
+    params = example_draws(m, n)
     w = np.full(m, 1.0 / m)
     lo, hi = (np.zeros(m), np.ones(m)) if box is None else (np.full(m, box[0]), np.full(m, box[1]))
     sub = np.arange(min(subset, n))

@@ -37,6 +37,9 @@ FORMAT_VERSION = 1
 PARAM_DIMS: dict[str, list[str]] = {
     "log_L0": ["language"],
     "logit_f": ["language"],
+    "log_slope": ["language"],
+    "b_saturated": ["pair"],
+    "kappa_saturated": ["pair"],
     "log_A": ["language"],
     "log_E": ["language"],
     "log_B": ["language"],

@@ -18,7 +18,14 @@ from climb_bayes import __version__
 from climb_bayes.diagnostics import compute_diagnostics
 from climb_bayes.errors import ClimbError
 from climb_bayes.fitresult import FORMAT_VERSION, PARAM_DIMS, Fit
-from climb_bayes.model import LATENT_SITES, ModelData, climb_model, model_data, pair_labels
+from climb_bayes.model import (
+    ModelData,
+    climb_model,
+    latent_sites,
+    model_data,
+    pair_labels,
+    sampler_coordinates,
+)
 from climb_bayes.nuts import NutsConfig, run_nuts
 from climb_bayes.point_fit import PointFit, point_fit
 from climb_bayes.priors import Priors, priors_to_toml
@@ -79,14 +86,7 @@ def _map_tree(
 ) -> object:
     import arviz_base
 
-    latent = dict(point.values)
-    if priors.hierarchical_transfer:
-        b = latent.pop("b_offdiag")
-        mu, tau = float(np.mean(b)), max(float(np.std(b)), 1e-6)
-        latent |= {"mu_b": np.asarray(mu), "tau_b": np.asarray(tau), "b_z": (b - mu) / tau}
-    log_A, log_E = latent.pop("log_A"), latent.pop("log_E")
-    latent["log_L0"] = np.logaddexp(log_A, log_E)
-    latent["logit_f"] = log_A - log_E
+    latent = sampler_coordinates(point.values, data, priors)
     one = {k: np.asarray(v)[None] for k, v in latent.items()}
     sites = numpyro.infer.Predictive(climb_model, posterior_samples=one, return_sites=None)
     everything = sites(key, data, priors, observed=False)
@@ -114,6 +114,8 @@ def fit_runs(
     config: NutsConfig | None = None,
     seed: int = 0,
     n_starts: int = 8,
+    max_iter: int = 2000,
+    prefit: bool = True,
     data_label: str = "",
     log: Callable[[str], None] | None = None,
 ) -> Fit:
@@ -134,6 +136,11 @@ def fit_runs(
         Seed of everything random (same seed and inputs give identical draws).
     n_starts : int
         Starts of the point fit.
+    max_iter : int
+        L-BFGS iterations per start and stage of the point fit.
+    prefit : bool
+        Refine each start on least squares of log-loss before the Huber loss (slower, same or
+        better objective; see :func:`climb_bayes.point_fit.point_fit`).
     data_label : str
         Free text stored with the fit (e.g. "synthetic default dataset").
     log : callable, optional
@@ -155,7 +162,9 @@ def fit_runs(
     point = None
     if method == "map" or config.init == "map":
         log(f"point fit: {n_starts} L-BFGS starts on the Huber loss of log-loss")
-        point = point_fit(data, priors, key=k_point, n_starts=n_starts)
+        point = point_fit(
+            data, priors, key=k_point, n_starts=n_starts, max_iter=max_iter, prefit=prefit
+        )
         log(f"point fit done in {time.perf_counter() - t0:.1f} s (objective {point.objective:.4g})")
 
     attrs = {
@@ -172,7 +181,7 @@ def fit_runs(
         "data_label": data_label,
         "tail_start": float(runs.tail_start),
         "n_excluded_zero_share": int(runs.n_excluded_zero_share),
-        "latent_sites": json.dumps(_latent_names(priors)),
+        "latent_sites": json.dumps(latent_sites(priors)),
     }
     if method == "map":
         tree = _map_tree(k_pp, data, priors, point, runs)
@@ -204,7 +213,7 @@ def fit_runs(
             tree["posterior"].to_dataset(),
             tree["sample_stats"].to_dataset(),
             config.max_tree_depth,
-            _latent_names(priors),
+            _diagnosed_names(priors),
         )
         attrs["diagnostics"] = diag.to_json()
         attrs["sampling_seconds"] = float(elapsed)
@@ -213,8 +222,6 @@ def fit_runs(
     return Fit(tree)
 
 
-def _latent_names(priors: Priors) -> list[str]:
-    names = list(LATENT_SITES)
-    if priors.hierarchical_transfer:
-        names = [n for n in names if n != "b_offdiag"] + ["mu_b", "tau_b", "b_z"]
-    return names
+def _diagnosed_names(priors: Priors) -> list[str]:
+    """Sampled sites plus the law parameters they map to (R-hat/ESS are checked on both)."""
+    return latent_sites(priors) + ["beta", "b_offdiag", "kappa_offdiag"]

@@ -135,8 +135,13 @@ def effective_ratio(
     ----------
     .. [1] Guo et al. (2025), Eq. (4).
     """
-    alpha = transfer_strength(D, b, k)
-    inflow = jnp.einsum("...j,...ji->...i", r, alpha)
+    # sum_j (b_ji + k_ji / D) r_j as two matrix products: never forms the (..., m, m)
+    # per-budget matrix alpha(D) (see transfer_strength), which dominated the gradient cost.
+    D = jnp.asarray(D)
+    inflow = (
+        jnp.einsum("...j,...ji->...i", r, _off_diagonal(b))
+        + jnp.einsum("...j,...ji->...i", r, _off_diagonal(k)) / D[..., None]
+    )
     return r + inflow * (-jnp.expm1(-eta * r))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS, init_to_median, init_to_sample, init_to_value
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.model import ModelData, climb_model
+from climb_bayes.model import ModelData, climb_model, sampler_coordinates
 from climb_bayes.point_fit import PointFit
 from climb_bayes.priors import Priors
 
@@ -98,12 +98,13 @@ def _jittered_inits(
     spread = {
         "log_L0": 0.5 * priors.irreducible_scale,
         "logit_f": priors.reducible_scale,
-        "b_offdiag": priors.transfer_scale,
-        "kappa_offdiag": priors.decay_scale,
+        "log_slope": priors.beta_log_sd,
+        "b_saturated": 0.5 * priors.transfer_scale,
+        "kappa_saturated": 0.5 * priors.decay_scale,
         "b_z": 1.0,
         "mu_b": priors.transfer_scale,
     }
-    log_spread = {"beta": priors.beta_log_sd, "eta": priors.eta_log_sd, "sigma": 0.5, "tau_b": 0.5}
+    log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "tau_b": 0.5}
     out = {}
     for i, (name, value) in enumerate(sorted(base.items())):
         value = np.asarray(value, float)
@@ -149,17 +150,9 @@ def run_nuts(
             if point is None:
                 raise ClimbError("init='map' needs a point fit.")
             base = dict(point.values)
-            if priors.hierarchical_transfer:
-                b = base.pop("b_offdiag")
-                mu, tau = float(np.mean(b)), float(np.std(b))
-                base |= {
-                    "mu_b": np.asarray(mu),
-                    "tau_b": np.asarray(max(tau, 1e-3)),
-                    "b_z": (b - mu) / max(tau, 1e-3),
-                }
         else:
             base = prior_centre(data, priors)
-        base = _sampler_coordinates(base)
+        base = sampler_coordinates(base, data, priors)
         strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
         init_params = _jittered_inits(init_key, data, priors, config.chains, base)
 
@@ -194,16 +187,7 @@ def run_nuts(
     return mcmc
 
 
-def _sampler_coordinates(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Replace ``log_A``/``log_E`` by the sampled ``log_L0``/``logit_f`` (see the model)."""
-    values = dict(values)
-    log_A, log_E = values.pop("log_A"), values.pop("log_E")
-    values["log_L0"] = np.logaddexp(log_A, log_E)
-    values["logit_f"] = np.asarray(log_A) - np.asarray(log_E)
-    return values
-
-
 def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
     """Map positive sites to the log scale NUTS works on (NumPyro's default transforms)."""
-    positive = {"beta", "eta", "sigma", "tau_b"}
+    positive = {"eta", "sigma", "tau_b"}
     return {k: jnp.log(v) if k in positive else jnp.asarray(v) for k, v in values.items()}

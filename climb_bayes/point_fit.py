@@ -2,9 +2,10 @@
 
 This is the fitting practice of the CLIMB paper and of the Chinchilla replication: minimise
 ``sum_n Huber_delta(log L_pred - log L_obs)`` over unconstrained parameters, from several
-starts, keeping the best. It is fast (seconds) and is reused by the baseline laws
-(:func:`multistart_lbfgs` is generic). Under a flat prior and a Huber-density likelihood this is
-the MAP estimate, hence ``--method map`` on the command line.
+starts, keeping the best; each start is first refined on the least-squares loss of the same
+residuals (a pre-fit). Under a flat prior and a Huber-density likelihood this is the MAP
+estimate, hence ``--method map`` on the command line. :func:`multistart_lbfgs` is generic: the
+other laws' :func:`climb_bayes.laws.base.fit_map` runs on it too.
 
 References
 ----------
@@ -31,6 +32,7 @@ __all__ = [
     "huber",
     "OptimResult",
     "multistart_lbfgs",
+    "mad_sigma",
     "PointFit",
     "point_fit",
 ]
@@ -59,12 +61,29 @@ class OptimResult(NamedTuple):
     all_fun: np.ndarray
 
 
+def _scipy_fg(fn: Callable[[jax.Array], jax.Array]) -> Callable[[np.ndarray], tuple]:
+    """Compiled ``x -> (value, gradient)`` for scipy (a non-finite value becomes 1e30 with a
+    zero gradient, so the line search backs off)."""
+    value_and_grad = jax.jit(jax.value_and_grad(fn))
+
+    def fg(x: np.ndarray) -> tuple[float, np.ndarray]:
+        v, g = value_and_grad(jnp.asarray(x))
+        v = float(v)
+        if not np.isfinite(v):
+            return 1e30, np.zeros_like(x)
+        return v, np.asarray(g, dtype=float)
+
+    return fg
+
+
 def multistart_lbfgs(
     objective: Callable[[jax.Array], jax.Array],
     starts: Sequence[np.ndarray] | np.ndarray,
     *,
     max_iter: int = 2000,
     tol: float = 1e-12,
+    gtol: float = 1e-10,
+    prefit: Callable[[jax.Array], jax.Array] | None = None,
 ) -> OptimResult:
     """Minimise a JAX scalar function from each start with scipy's L-BFGS-B; keep the best.
 
@@ -74,32 +93,48 @@ def multistart_lbfgs(
         ``x -> scalar``, differentiable with JAX (compiled once here).
     starts : array (n_starts, n_params)
         Starting points.
-    max_iter, tol : int, float
-        Passed to L-BFGS-B (``maxiter``, ``ftol``/``gtol``).
-    """
-    value_and_grad = jax.jit(jax.value_and_grad(objective))
+    max_iter, tol, gtol : int, float, float
+        L-BFGS-B ``maxiter``, ``ftol`` and ``gtol`` of the run on ``objective``.
+    prefit : callable, optional
+        A smooth stand-in for ``objective`` (e.g. least squares on the residuals whose Huber
+        loss is ``objective``), minimised first from each start; ``objective`` is then
+        minimised from where it stopped. L-BFGS moves fast on a smooth objective, whereas a
+        near-L1 Huber loss (``delta = 1e-3``) converges slowly from far away. Same settings.
 
-    def fg(x: np.ndarray) -> tuple[float, np.ndarray]:
-        v, g = value_and_grad(jnp.asarray(x))
-        v = float(v)
-        if not np.isfinite(v):
-            return 1e30, np.zeros_like(x)
-        return v, np.asarray(g, dtype=float)
+    Returns
+    -------
+    OptimResult
+        The best run; ``n_converged`` counts the runs on ``objective`` that met the tolerances.
+        Deterministic for given starts.
+    """
+    fg = _scipy_fg(objective)
+    pre_fg = None if prefit is None else _scipy_fg(prefit)
+    options = {"maxiter": max_iter, "ftol": tol, "gtol": gtol}
+
+    def lbfgs(f: Callable, x: np.ndarray) -> scipy.optimize.OptimizeResult:
+        return scipy.optimize.minimize(f, x, jac=True, method="L-BFGS-B", options=options)
 
     best, funs, converged = None, [], 0
     for x0 in np.atleast_2d(np.asarray(starts, dtype=float)):
-        res = scipy.optimize.minimize(
-            fg,
-            x0,
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": max_iter, "ftol": tol, "gtol": 1e-10},
-        )
+        if pre_fg is not None:
+            x0 = lbfgs(pre_fg, x0).x
+        res = lbfgs(fg, x0)
         funs.append(float(res.fun))
         converged += bool(res.success)
         if best is None or res.fun < best.fun:
             best = res
     return OptimResult(np.asarray(best.x), float(best.fun), len(funs), converged, np.array(funs))
+
+
+def mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:
+    """``(m,)`` robust noise sd per group: 1.4826 x the median absolute deviation of the
+    residuals of that group (at least 1e-4; 1e-4 for a group without residuals)."""
+    sigma = np.empty(m)
+    for g in range(m):
+        rg = resid[group == g]
+        mad = 1.4826 * np.median(np.abs(rg - np.median(rg))) if rg.size else 0.0
+        sigma[g] = max(mad, 1e-4)
+    return sigma
 
 
 class PointFit(NamedTuple):
@@ -171,6 +206,8 @@ def point_fit(
     n_starts: int = 8,
     delta: float = HUBER_DELTA,
     ridge: float = 0.0,
+    max_iter: int = 2000,
+    prefit: bool = True,
 ) -> PointFit:
     """Multi-start L-BFGS fit of the CLIMB law on the Huber loss of log-loss.
 
@@ -188,6 +225,13 @@ def point_fit(
         Huber threshold on log-loss residuals (1e-3, as in the Chinchilla replication).
     ridge : float
         Optional L2 penalty on the transfer parameters (0: the paper's plain Huber fit).
+    max_iter : int
+        L-BFGS iterations per start and stage (pre-fit, then Huber).
+    prefit : bool
+        Refine each start on the least-squares loss first (:func:`multistart_lbfgs`). Without
+        a ridge the Huber objective often has no finite minimiser (a language's ``E`` can
+        drift to 0 while its transfer terms grow, improving the objective ever more slowly),
+        so starts tend to stop at ``max_iter``; the pre-fit ends lower within it.
 
     Returns
     -------
@@ -204,11 +248,18 @@ def point_fit(
     p = m * (m - 1)
     y = jnp.asarray(data.obs_log_loss)
 
-    def objective(theta: jax.Array) -> jax.Array:
+    def residual_and_penalty(theta: jax.Array) -> tuple[jax.Array, jax.Array]:
         v = _unpack(theta, m)
-        r = predicted_log_loss(data, v) - y
         pen = ridge * (jnp.sum(v["b_offdiag"] ** 2) + jnp.sum(v["kappa_offdiag"] ** 2))
+        return predicted_log_loss(data, v) - y, pen
+
+    def objective(theta: jax.Array) -> jax.Array:
+        r, pen = residual_and_penalty(theta)
         return jnp.sum(huber(r, delta)) + pen
+
+    def least_squares(theta: jax.Array) -> jax.Array:
+        r, pen = residual_and_penalty(theta)
+        return 0.5 * jnp.sum(r**2) + pen
 
     centre = {
         "log_A": np.asarray(data.reducible_loc, float),
@@ -231,13 +282,10 @@ def point_fit(
     )
     noise = np.asarray(jax.random.normal(key, (max(n_starts - 1, 0), x0.size)))
     starts = np.vstack([x0[None], x0 + 0.5 * spread * noise])
-    res = multistart_lbfgs(objective, starts)
+    res = multistart_lbfgs(
+        objective, starts, max_iter=max_iter, prefit=least_squares if prefit else None
+    )
     values = {k: np.asarray(v) for k, v in _unpack(jnp.asarray(res.x), m).items()}
     resid = np.asarray(predicted_log_loss(data, values)) - np.asarray(y)
-    sigma = np.empty(m)
-    for i in range(m):
-        ri = resid[data.obs_language == i]
-        mad = 1.4826 * np.median(np.abs(ri - np.median(ri))) if ri.size else 0.0
-        sigma[i] = max(mad, 1e-4)
-    values["sigma"] = sigma
+    values["sigma"] = mad_sigma(resid, data.obs_language, m)
     return PointFit(values, res.fun, res.n_starts, res.n_converged, resid)

@@ -147,7 +147,8 @@ def _robustness_section(path: str | os.PathLike[str] | None) -> str:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     parts = []
     verdict = data.get("verdict", {})
-    cls = "ok" if verdict.get("robust") else "bad"
+    ok = verdict.get("robust", "sbc" in data) and verdict.get("sbc_passed", True)
+    cls = "ok" if ok else "bad"
     parts.append(
         f'<div class="{cls}" id="robustness-verdict"><pre>'
         f"{_esc(verdict.get('text', ''))}</pre></div>"
@@ -161,6 +162,17 @@ def _robustness_section(path: str | os.PathLike[str] | None) -> str:
                 "max |shift r*|": study.get("max_rstar_shift", np.nan),
                 "max rel. shift of extrapolated loss": study.get("max_loss_shift", np.nan),
                 "flag": "FLAG" if study.get("flagged") else "ok",
+            }
+        )
+    sbc = data.get("sbc")
+    if sbc:
+        rows.append(
+            {
+                "study": "sbc",
+                "verdict": str(sbc.get("verdict", "")).splitlines()[0],
+                "max |shift r*|": np.nan,
+                "max rel. shift of extrapolated loss": np.nan,
+                "flag": "ok" if sbc.get("passed") else "FLAG",
             }
         )
     if rows:

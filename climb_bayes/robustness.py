@@ -67,6 +67,7 @@ __all__ = [
     "run_pareto_k",
     "mode_refit",
     "run_robustness",
+    "attach_sbc",
     "save_results",
 ]
 
@@ -133,19 +134,17 @@ def _prior_terms(fit: Fit) -> dict[str, np.ndarray]:
         tr = numpyro.handlers.trace(model).get_trace(data, priors)
         out = {}
         for name, site in tr.items():
-            if site["type"] != "sample" or name == "log_loss":
+            if site["type"] != "sample" or name == "log_loss" or name.startswith("jacobian_"):
                 continue
-            lp = site["fn"].log_prob(site["value"])
-            if site.get("mask") is False:
+            # Sampled coordinates with masked placeholder densities carry no prior of their
+            # own: the priors are the ``prior_*`` factors on the law's parameters.
+            if getattr(site["fn"], "_mask", True) is False:
                 continue
-            out[name] = jnp.sum(lp)
+            out[name] = jnp.sum(site["fn"].log_prob(site["value"]))
         return out
 
     res = jax.jit(jax.vmap(one))({k: jnp.asarray(v) for k, v in latents.items()})
-    terms = {k: np.asarray(v) for k, v in res.items() if k not in ("log_L0", "logit_f")}
-    if "prior_log_A_log_E" in terms:
-        terms["log_A_log_E"] = terms.pop("prior_log_A_log_E")
-    return terms
+    return {k.removeprefix("prior_"): np.asarray(v) for k, v in res.items()}
 
 
 def log_prior_tree(fit: Fit) -> xr.DataTree:
@@ -281,23 +280,7 @@ def _refit_group(
 
     runs = fit.runs
     data = model_data(runs, priors, d_ref=fit.d_ref)
-    init = {
-        k: jnp.asarray(np.median(v, axis=0))
-        for k, v in _latent_draws(fit).items()
-        if k
-        in (
-            "log_L0",
-            "logit_f",
-            "beta",
-            "b_offdiag",
-            "kappa_offdiag",
-            "eta",
-            "sigma",
-            "mu_b",
-            "tau_b",
-            "b_z",
-        )
-    }
+    init = {k: jnp.asarray(np.median(v, axis=0)) for k, v in _latent_draws(fit).items()}
     if priors.hierarchical_transfer != fit.priors.hierarchical_transfer:
         raise ClimbError("robustness refits keep the fit's hierarchical_transfer setting.")
     info = initialize_model(
@@ -671,6 +654,35 @@ def run_robustness(
     )
     out["verdict"] = {"robust": not flagged, "flagged": flagged, "text": "\n".join(lines)}
     out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def attach_sbc(results: dict[str, Any] | None, sbc: dict[str, Any]) -> dict[str, Any]:
+    """Add a simulation-based-calibration entry to a results dict (or start one without
+    studies).
+
+    Parameters
+    ----------
+    results : dict or None
+        From :func:`run_robustness`, or None when only SBC was run.
+    sbc : dict
+        :meth:`climb_bayes.sbc.SbcResult.to_dict` (plus, optionally, ``plot`` paths).
+
+    Returns
+    -------
+    dict
+        ``results`` with ``sbc`` set and the SBC verdict appended to ``verdict.text``;
+        ``verdict.sbc_passed`` records the SBC outcome (``verdict.robust`` stays about the
+        studies, and is absent when there were none).
+    """
+    out = dict(results) if results is not None else {"studies": {}}
+    out["sbc"] = sbc
+    verdict = dict(out.get("verdict", {}))
+    text = verdict.get("text", "")
+    verdict["text"] = f"{text}\n{sbc['verdict']}" if text else sbc["verdict"]
+    verdict["sbc_passed"] = bool(sbc["passed"])
+    verdict.setdefault("flagged", [])
+    out["verdict"] = verdict
     return out
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "TrueParams",
     "DEFAULT_CURVE_FRACTIONS",
     "example_params",
+    "example_draws",
     "prior_params",
     "simulate_runs",
 ]
@@ -127,6 +128,33 @@ def example_params(
     return TrueParams(languages, B, beta, E, b * off, k * off, eta, np.full(m, sigma))
 
 
+def example_draws(m: int, n: int, seed: int = 0) -> LawParams:
+    """``n`` posterior-like draws around the :func:`example_params` world of ``m`` languages.
+
+    Each parameter of ``example_params(["l0", ..., f"l{m-1}"], seed=seed)`` gets independent
+    Gaussian jitter (sd 0.1 on ``log_B``, 0.02 on ``beta`` and ``log_E``, 0.05 on ``b``, 1e8
+    tokens on ``k``, 1.0 on ``eta``; ``beta`` and ``eta`` folded to be positive, no self-transfer).
+    A stand-in for a fit's posterior in solver tests and benchmarks; tokens units, like
+    :meth:`Fit.law_draws <climb_bayes.fitresult.Fit.law_draws>`.
+    """
+    law = example_params([f"l{i}" for i in range(m)], seed=seed).law()
+    rng = np.random.default_rng(seed)
+
+    def jitter(a: np.ndarray, sd: float) -> np.ndarray:
+        a = np.asarray(a, dtype=float)
+        return a[None] + sd * rng.normal(size=(n,) + a.shape)
+
+    off = 1.0 - np.eye(m)
+    return LawParams(
+        jitter(law.log_B, 0.1),
+        np.abs(jitter(law.beta, 0.02)),
+        jitter(law.log_E, 0.02),
+        jitter(law.b, 0.05) * off,
+        jitter(law.k, 1e8) * off,
+        np.abs(jitter(law.eta, 1.0)),
+    )
+
+
 def prior_params(
     key: jax.Array,
     languages: Sequence[str],
@@ -153,9 +181,7 @@ def prior_params(
     sigma : float, optional
         Override of the drawn noise scale.
     """
-    from numpyro.infer import Predictive
-
-    from climb_bayes.model import ModelData, climb_model
+    from climb_bayes.model import ModelData, draw_prior
     from climb_bayes.priors import Priors
 
     priors = priors or Priors()
@@ -173,8 +199,7 @@ def prior_params(
         irr,
         float(d_ref),
     )
-    draw = Predictive(climb_model, num_samples=1)(key, data, priors, observed=False)
-    g = {k: np.asarray(v[0], dtype=float) for k, v in draw.items()}
+    g = {k: np.asarray(v, dtype=float) for k, v in draw_prior(key, data, priors).items()}
     s = np.full(m, sigma) if sigma is not None else g["sigma"]
     return TrueParams(tuple(languages), g["B"], g["beta"], g["E"], g["b"], g["k"], g["eta"], s)
 

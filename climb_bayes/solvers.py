@@ -289,6 +289,17 @@ def interior_start(
     return share * proj + (1.0 - share) * centre
 
 
+class _Box(NamedTuple):
+    """The feasible set of the fast path (a JAX pytree): bounds, which coordinates are free,
+    which upper bounds can bind, and the reduced basis ``z`` of ``sum r = 1``."""
+
+    lo: Any
+    hi: Any
+    free: Any
+    has_hi: Any
+    z: Any
+
+
 def _structure(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Free coordinates, coordinates whose upper bound can bind, and the reduced basis."""
     m = lo.size
@@ -328,9 +339,8 @@ class BatchSolution(NamedTuple):
     decrement: np.ndarray
 
 
-def _barrier(
-    x: jax.Array, lo: jax.Array, hi: jax.Array, free: jax.Array, has_hi: jax.Array, m: int
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _barrier(x: jax.Array, box: _Box, m: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    lo, hi, free, has_hi, _ = box
     r = x[:m]
     dlo = jnp.where(free, r - lo, 1.0)
     dhi = jnp.where(has_hi, hi - r, 1.0)
@@ -349,26 +359,23 @@ def _solve_one(
     theta: Any,
     shared: Any,
     x0: jax.Array,
-    lo: jax.Array,
-    hi: jax.Array,
-    free: jax.Array,
-    has_hi: jax.Array,
-    z: jax.Array,
+    box: _Box,
     mus: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    lo, hi, free, has_hi, z = box
     m = lo.shape[0]
     n = x0.shape[0]
     eye = jnp.eye(n, dtype=x0.dtype)
 
     def phi(x: jax.Array, mu: jax.Array) -> jax.Array:
         val = value_fn(x, theta, shared)
-        bar = _barrier(x, lo, hi, free, has_hi, m)[0]
+        bar = _barrier(x, box, m)[0]
         out = val + mu * bar
         return jnp.where(jnp.isfinite(out), out, jnp.inf)
 
     def step(x: jax.Array, mu: jax.Array) -> tuple[jax.Array, jax.Array]:
         _, g, h = derivs_fn(x, theta, shared)
-        _, gb, hb = _barrier(x, lo, hi, free, has_hi, m)
+        _, gb, hb = _barrier(x, box, m)
         g = g + mu * gb
         h = h + jnp.diag(mu * hb)
         rg = z.T @ g
@@ -410,17 +417,11 @@ def _solve_batch_jit(
     theta: Any,
     shared: Any,
     x0: jax.Array,
-    lo: jax.Array,
-    hi: jax.Array,
-    free: jax.Array,
-    has_hi: jax.Array,
-    z: jax.Array,
+    box: _Box,
     mus: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     one = partial(_solve_one, value_fn, derivs_fn)
-    return jax.vmap(one, in_axes=(0, None, 0, None, None, None, None, None, None))(
-        theta, shared, x0, lo, hi, free, has_hi, z, mus
-    )
+    return jax.vmap(one, in_axes=(0, None, 0, None, None))(theta, shared, x0, box, mus)
 
 
 def solve_batch(
@@ -493,15 +494,9 @@ def solve_batch(
     mus = np.concatenate([np.full(steps, mu) for mu, steps in schedule])
     x0 = x0.copy()
     x0[:, :m] = np.where(free, x0[:, :m], lo)
-    args = (
-        jnp.asarray(lo),
-        jnp.asarray(hi),
-        jnp.asarray(free),
-        jnp.asarray(has_hi),
-        jnp.asarray(z),
-    )
+    box = _Box(*(jnp.asarray(a) for a in (lo, hi, free, has_hi, z)))
     x, fun, dec = _solve_batch_jit(
-        value_fn, derivs_fn, theta, shared, jnp.asarray(x0), *args, jnp.asarray(mus)
+        value_fn, derivs_fn, theta, shared, jnp.asarray(x0), box, jnp.asarray(mus)
     )
     # Problems that have not converged (rare: tight boxes, strongly non-convex draws) get more
     # Newton steps at the final barrier weight; the whole batch is passed again so that the
@@ -510,7 +505,7 @@ def solve_batch(
         if not np.any(np.asarray(dec) > tol):
             break
         x, fun, dec = _solve_batch_jit(
-            value_fn, derivs_fn, theta, shared, x, *args, jnp.full(mus.shape, mus[-1])
+            value_fn, derivs_fn, theta, shared, x, box, jnp.full(mus.shape, mus[-1])
         )
     x = np.array(x)
     x[:, :m] = project_capped_simplex(x[:, :m], lo, hi)
@@ -700,8 +695,29 @@ def solve_trust_constr(
     return res
 
 
-def _theta_row(theta: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
-    return {k_: np.asarray(v)[i] for k_, v in theta.items()}
+def _trust_constr_draws(
+    objective: Objective,
+    theta: dict[str, np.ndarray],
+    starts: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    draws: np.ndarray | None,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Solve the problem of each draw in ``draws`` (all by default) from ``starts[i]``
+    (projected inside the bounds); the solution is projected onto the feasible set and the
+    objective evaluated there."""
+    idx = np.arange(starts.shape[0]) if draws is None else np.asarray(draws)
+    xs, fs = [], []
+    for n_done, i in enumerate(idx):
+        row = {k_: np.asarray(v)[i] for k_, v in theta.items()}
+        res = solve_trust_constr(objective, row, lo, hi, interior_start(starts[i], lo, hi))
+        x = project_capped_simplex(res.x, lo, hi)
+        xs.append(x)
+        fs.append(float(composite_value(objective, jnp.asarray(x), row)))
+        if progress is not None:
+            progress(n_done + 1, idx.size)
+    return np.array(xs), np.array(fs)
 
 
 def direct_trust_constr(
@@ -723,18 +739,7 @@ def direct_trust_constr(
     """
     theta = per_draw_theta(params, D, {"w": weights})
     p = direction_draws(params, D, weights)
-    idx = np.arange(p.shape[0]) if draws is None else np.asarray(draws)
-    xs, fs = [], []
-    for n_done, i in enumerate(idx):
-        res = solve_trust_constr(
-            WEIGHTED_LOSS, _theta_row(theta, i), lo, hi, interior_start(p[i], lo, hi)
-        )
-        x = project_capped_simplex(res.x, lo, hi)
-        xs.append(x)
-        fs.append(float(composite_value(WEIGHTED_LOSS, jnp.asarray(x), _theta_row(theta, i))))
-        if progress is not None:
-            progress(n_done + 1, idx.size)
-    return np.array(xs), np.array(fs)
+    return _trust_constr_draws(WEIGHTED_LOSS, theta, p, lo, hi, draws, progress)
 
 
 def two_step_trust_constr(
@@ -757,14 +762,4 @@ def two_step_trust_constr(
     """
     p = direction_draws(params, D, weights)
     theta = per_draw_theta(params, D, {"p": p, "rho": np.asarray(float(rho))})
-    idx = np.arange(p.shape[0]) if draws is None else np.asarray(draws)
-    xs, fs = [], []
-    for n_done, i in enumerate(idx):
-        row = _theta_row(theta, i)
-        res = solve_trust_constr(MAGNITUDE, row, lo, hi, interior_start(p[i], lo, hi))
-        x = project_capped_simplex(res.x, lo, hi)
-        xs.append(x)
-        fs.append(float(composite_value(MAGNITUDE, jnp.asarray(x), row)))
-        if progress is not None:
-            progress(n_done + 1, idx.size)
-    return np.array(xs), np.array(fs)
+    return _trust_constr_draws(MAGNITUDE, theta, p, lo, hi, draws, progress)

@@ -42,7 +42,7 @@ prints the same text. User errors print one line `error: ...` and exit with code
 
 
 def _command(name: str) -> click.Command | None:
-    ctx = click.Context(cli, info_name="climb-bayes")
+    ctx = click.Context(cli, info_name="climb-bayes", **cli.context_settings)
     if name in COMMANDS:
         return cli.get_command(ctx, name)
     import importlib
@@ -66,7 +66,7 @@ def render() -> str:
         if cmd is None:
             parts.append("Not available in this checkout.\n")
             continue
-        parent = click.Context(cli, info_name="climb-bayes")
+        parent = click.Context(cli, info_name="climb-bayes", **cli.context_settings)
         ctx = click.Context(
             cmd, info_name=name, parent=parent, terminal_width=100, max_content_width=100
         )

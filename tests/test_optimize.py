@@ -22,6 +22,7 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.law import LawParams, optimal_direction
 from climb_bayes.mixtures import parse_weights
 from climb_bayes.optimize import optimize_mixture, thin_draws
+from climb_bayes.simulate import example_draws
 from climb_bayes.solvers import (
     direct_batch,
     direct_trust_constr,
@@ -44,26 +45,6 @@ def _no_transfer(beta: np.ndarray, n: int = N, seed: int = 0) -> LawParams:
     log_e = np.log(rng.uniform(1.6, 2.4, (n, M)))
     zero = np.zeros((n, M, M))
     return LawParams(log_b, beta, log_e, zero, zero, rng.uniform(3, 10, (n, M)))
-
-
-def _transfer_law(n: int = N, seed: int = 1) -> LawParams:
-    from climb_bayes.simulate import example_params
-
-    law = example_params([f"l{i}" for i in range(M)], seed=seed).law()
-    rng = np.random.default_rng(seed)
-    off = 1.0 - np.eye(M)
-
-    def jit(a, s):
-        return np.asarray(a)[None] + s * rng.normal(size=(n,) + np.shape(a))
-
-    return LawParams(
-        jit(law.log_B, 0.1),
-        np.abs(jit(law.beta, 0.02)),
-        jit(law.log_E, 0.02),
-        jit(law.b, 0.05) * off,
-        jit(law.k, 1e8) * off,
-        np.abs(jit(law.eta, 1.0)),
-    )
 
 
 # -- known optima ------------------------------------------------------------------------------
@@ -136,7 +117,7 @@ def _valid(r: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
     ],
 )
 def test_constraints_respected_by_every_solution(lo, hi):
-    law = _transfer_law()
+    law = example_draws(M, N, seed=1)
     w = np.array([0.4, 0.0, 0.6])  # a zero weight: that language may go to its bound
     for r in (
         direct_batch(law, D, w, lo, hi).x,
@@ -260,7 +241,7 @@ def test_infeasible_constraints(tmp_path):
     with pytest.raises(ClimbError, match="at most"):
         Constraints.build(langs, {"zh": 0.5}, availability=avail2).bounds(1e12)
     with pytest.raises(ClimbError, match="positive"):
-        optimize_mixture(_transfer_law(2), [f"l{i}" for i in range(M)], -1.0)
+        optimize_mixture(example_draws(M, 2, seed=1), [f"l{i}" for i in range(M)], -1.0)
 
 
 def test_projection_onto_capped_simplex():

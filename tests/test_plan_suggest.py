@@ -28,21 +28,9 @@ LANGS5 = ("en", "de", "ru", "zh", "ja")
 
 def test_plan_cli_writes_algorithm1_csv_for_training(tmp_path, capsys):
     out = tmp_path / "plan.csv"
-    rc = main(
-        [
-            "plan",
-            "--languages",
-            ",".join(LANGS5),
-            "--budgets",
-            "5e9,2.5e10",
-            "--seed",
-            "1",
-            "--holdout",
-            "4",
-            "-o",
-            str(out),
-        ]
-    )
+    args = ["plan", "--languages", ",".join(LANGS5), "--budgets", "5e9,2.5e10"]
+    args += ["--seed", "1", "--holdout", "4", "-o"]
+    rc = main([*args, str(out)])
     assert rc == 0
     assert "30 Algorithm-1 runs" in capsys.readouterr().out
     df = pd.read_csv(out)
@@ -64,21 +52,7 @@ def test_plan_cli_writes_algorithm1_csv_for_training(tmp_path, capsys):
     assert langs == list(LANGS5) and len(runs) == 34
     # same seed, same plan
     out2 = tmp_path / "plan2.csv"
-    main(
-        [
-            "plan",
-            "--languages",
-            ",".join(LANGS5),
-            "--budgets",
-            "5e9,2.5e10",
-            "--seed",
-            "1",
-            "--holdout",
-            "4",
-            "-o",
-            str(out2),
-        ]
-    )
+    main([*args, str(out2)])
     assert out.read_text() == out2.read_text()
 
 

@@ -57,7 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "robustness": (
         "climb_bayes.cli.robustness_cmd:robustness",
-        "How r* and intervals move under other priors, data, likelihoods.",
+        "How r* moves under other priors, data, likelihoods; SBC calibration.",
     ),
     "plot": ("climb_bayes.cli.plot_cmd:plot", "Plots of a fit (PNG/SVG)."),
     "report": ("climb_bayes.cli.report_cmd:report", "One self-contained HTML report of a fit."),

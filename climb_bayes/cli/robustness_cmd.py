@@ -1,20 +1,39 @@
-"""``climb-bayes robustness``: prior, likelihood, budget, influence and bootstrap studies."""
+"""``climb-bayes robustness``: prior, likelihood, budget, influence and bootstrap studies, and
+simulation-based calibration (``--sbc N``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import click
+
+if TYPE_CHECKING:
+    from climb_bayes.fitresult import Fit
 
 __all__ = ["robustness"]
 
 _STUDIES = ("prior", "likelihood", "budget", "influence", "bootstrap")
 
 
+def _parse_sbc(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise click.BadParameter(
+            f"the number of SBC replications must be a positive integer, got {value} "
+            "(e.g. --sbc 100)."
+        )
+    return value
+
+
 def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    if value.strip().lower() == "none":
+        return ()
     names = tuple(s.strip() for s in value.split(",") if s.strip())
     unknown = [s for s in names if s not in _STUDIES]
     if unknown or not names:
         raise click.BadParameter(
-            f"unknown study {', '.join(unknown) or '(none)'}; choose from {','.join(_STUDIES)}."
+            f"unknown study {', '.join(unknown) or '(none)'}; choose from {','.join(_STUDIES)} "
+            "or 'none' (with --sbc)."
         )
     return names
 
@@ -28,7 +47,7 @@ def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     callback=_parse_studies,
     help="Comma-separated studies: prior (psense + alternative priors), likelihood "
     "(Student-t vs Normal), budget (leave the largest budget out), influence (PSIS-LOO per run "
-    "+ refits without influential runs), bootstrap (over runs).",
+    "+ refits without influential runs), bootstrap (over runs); 'none' to run only --sbc.",
 )
 @click.option(
     "-o",
@@ -60,9 +79,9 @@ def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     type=click.IntRange(1),
     default=1,
     show_default=True,
-    help="Worker processes for the refits (one per group of refits).",
+    help="Worker processes for the refits (one per group of refits) and SBC replications.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap and SBC seed.")
 @click.option(
     "--rstar-tol",
     type=float,
@@ -80,10 +99,13 @@ def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> 
 @click.option(
     "--sbc",
     "sbc_n",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="Also run N simulation-based-calibration replications (not available yet).",
+    type=int,
+    default=None,
+    callback=_parse_sbc,
+    metavar="N",
+    help="Also run N replications of simulation-based calibration on a reduced model (the "
+    "fit's first 2 languages at its smallest and largest budget; prior draw, simulate, short "
+    "NUTS fit, rank of the truth). Writes an ECDF plot next to the results file.",
 )
 def robustness(
     fit_path: str,
@@ -96,30 +118,65 @@ def robustness(
     seed: int,
     rstar_tol: float,
     loss_tol: float,
-    sbc_n: int,
+    sbc_n: int | None,
 ) -> None:
     """How much r* and extrapolated losses of FIT.nc depend on priors, likelihood, budgets and
-    single runs. Writes one JSON results file and prints a one-screen verdict."""
+    single runs, and (with --sbc) whether the posterior of its model is calibrated. Writes one
+    JSON results file and prints a one-screen verdict."""
     from climb_bayes.errors import ClimbError
     from climb_bayes.fitresult import load_fit
-    from climb_bayes.robustness import run_robustness, save_results
+    from climb_bayes.robustness import attach_sbc, run_robustness, save_results
 
-    if sbc_n:
-        raise ClimbError("--sbc is not available in this version; run without --sbc.")
+    if not studies and not sbc_n:
+        raise ClimbError("--studies none leaves nothing to do: add --sbc N or name studies.")
     fit = load_fit(fit_path)
-    results = run_robustness(
-        fit,
-        studies,
-        fit_path=fit_path,
-        budget=budget,
-        n_boot=n_boot,
-        n_influential=n_influential,
-        workers=workers,
-        seed=seed,
-        rstar_tol=rstar_tol,
-        loss_tol=loss_tol,
-        log=lambda msg: click.echo(msg, err=True),
-    )
+
+    def log(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    results = None
+    if studies:
+        results = run_robustness(
+            fit,
+            studies,
+            fit_path=fit_path,
+            budget=budget,
+            n_boot=n_boot,
+            n_influential=n_influential,
+            workers=workers,
+            seed=seed,
+            rstar_tol=rstar_tol,
+            loss_tol=loss_tol,
+            log=log,
+        )
+    if sbc_n:
+        results = attach_sbc(results, _run_sbc(fit, sbc_n, workers, seed, out_path, log))
     path = save_results(results, out_path)
     click.echo(results["verdict"]["text"])
+    if sbc_n:
+        click.echo(f"wrote {', '.join(results['sbc']['plot'])}")
     click.echo(f"wrote {path}")
+
+
+def _run_sbc(
+    fit: Fit, n: int, workers: int, seed: int, out_path: str, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """SBC on the fit's reduced model; returns the results entry (with the plot paths)."""
+    from pathlib import Path
+
+    import jax
+
+    from climb_bayes.cli._decide import enable_compile_cache
+    from climb_bayes.plots import save_figure
+    from climb_bayes.sbc import SbcConfig, problem_from_fit, run_sbc
+    from climb_bayes.sbc_plots import plot_sbc_ecdf
+
+    enable_compile_cache()
+    config = SbcConfig(n_replications=n)
+    problem = problem_from_fit(fit, config.n_languages, config.n_curve_points)
+    key = jax.random.PRNGKey(seed)
+    result = run_sbc(jax.random.fold_in(key, 1), problem, config, workers=workers, log=log)
+    out = Path(out_path)
+    fig = plot_sbc_ecdf(result, key=jax.random.fold_in(key, 2))
+    paths = save_figure(fig, out.parent, f"{out.stem}-sbc-ecdf")
+    return result.to_dict() | {"plot": [str(p) for p in paths]}

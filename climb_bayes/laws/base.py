@@ -41,11 +41,10 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.optimize
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import reference_budget
-from climb_bayes.point_fit import HUBER_DELTA, OptimResult, huber
+from climb_bayes.point_fit import HUBER_DELTA, huber, mad_sigma, multistart_lbfgs
 from climb_bayes.priors import Priors
 from climb_bayes.runs import RunsData
 
@@ -63,6 +62,10 @@ __all__ = [
 ]
 
 Params = Mapping[str, jax.Array]
+
+_GTOL = 1e-5
+"""L-BFGS-B projected-gradient tolerance of :func:`fit_map` (scipy's default; the CLIMB point
+fit uses a tighter one, at many more iterations)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,29 +515,6 @@ def predict_draws(
 # --------------------------------------------------------------------------------------------
 
 
-def _mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:
-    sigma = np.empty(m)
-    for g in range(m):
-        rg = resid[group == g]
-        mad = 1.4826 * np.median(np.abs(rg - np.median(rg))) if rg.size else 0.0
-        sigma[g] = max(mad, 1e-4)
-    return sigma
-
-
-def _scipy_fg(fn: Callable[[jax.Array], jax.Array]) -> Callable[[np.ndarray], tuple]:
-    """Compiled ``x -> (value, gradient)`` for scipy (non-finite values become 1e30)."""
-    vg = jax.jit(jax.value_and_grad(fn))
-
-    def fg(x: np.ndarray) -> tuple[float, np.ndarray]:
-        v, g = vg(jnp.asarray(x))
-        v = float(v)
-        if not np.isfinite(v):
-            return 1e30, np.zeros_like(x)
-        return v, np.asarray(g, dtype=float)
-
-    return fg
-
-
 def fit_map(
     law: Law,
     obs: Observations,
@@ -598,30 +578,9 @@ def fit_map(
     noise = rng.standard_normal((max(options.n_starts - 1, 0), x0.size))
     starts = np.vstack([x0[None], x0 + law.spreads(m) * noise])
     t0 = time.perf_counter()
-    # Each start: a least-squares pre-fit (smooth, so L-BFGS moves fast), then the Huber fit,
-    # whose near-L1 objective (delta = 1e-3) converges slowly from far away.
-    ls_fg, hub_fg = _scipy_fg(least_squares), _scipy_fg(objective)
-    best_x, best_f, funs, converged = None, np.inf, [], 0
-    for x in starts:
-        pre = scipy.optimize.minimize(
-            ls_fg,
-            x,
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": options.max_iter, "ftol": 1e-12},
-        )
-        res = scipy.optimize.minimize(
-            hub_fg,
-            pre.x,
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": options.max_iter, "ftol": 1e-12},
-        )
-        funs.append(float(res.fun))
-        converged += bool(res.success)
-        if res.fun < best_f:
-            best_x, best_f = np.asarray(res.x), float(res.fun)
-    res = OptimResult(best_x, best_f, len(funs), converged, np.array(funs))
+    res = multistart_lbfgs(
+        objective, starts, max_iter=options.max_iter, gtol=_GTOL, prefit=least_squares
+    )
     seconds = time.perf_counter() - t0
     log(
         f"{law.name}: MAP objective {res.fun:.4g} ({res.n_converged}/{res.n_starts} starts "
@@ -630,7 +589,7 @@ def fit_map(
     values = {k: np.asarray(v)[None] for k, v in law.unpack(jnp.asarray(res.x), m).items()}
     fit = LawFit(law, obs.groups, d_ref, "map", values, np.ones((1, m)), "normal")
     resid = fit.predict_obs(obs)[0] - obs.log_loss
-    fit.sigma = _mad_sigma(resid, obs.group, m)[None]
+    fit.sigma = mad_sigma(resid, obs.group, m)[None]
     fit.info = {
         "objective": float(res.fun),
         "starts": f"{res.n_converged}/{res.n_starts} converged",

@@ -42,10 +42,7 @@ class ClimbLaw(Law):
     zero_share_ok: ClassVar[bool] = False
 
     def param_specs(self, m: int) -> dict[str, ParamSpec]:
-        return {
-            "log_B": ParamSpec((m,)),
-            "beta": ParamSpec((m,), positive=True, spread=0.3),
-            "log_E": ParamSpec((m,)),
+        return IsolatedLaw().param_specs(m) | {
             "b": ParamSpec((m, m), spread=0.25),
             "k": ParamSpec((m, m), spread=0.25),
             "eta": ParamSpec((m,), positive=True),

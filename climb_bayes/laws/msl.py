@@ -40,7 +40,7 @@ import numpy as np
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.laws.base import Law, LawFit, Observations, Params, ParamSpec
-from climb_bayes.laws.isolated import auto_locations
+from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.priors import Priors
 
 __all__ = ["MSLLaw", "read_families", "family_matrix", "optimal_mixture", "optimal_mixture_fit"]
@@ -145,12 +145,9 @@ class MSLLaw(Law):
         return obs.select(s > 0)
 
     def param_specs(self, m: int) -> dict[str, ParamSpec]:
-        return {
-            "log_B": ParamSpec((m,)),
-            "beta": ParamSpec((m,), positive=True, spread=0.3),
-            "log_E": ParamSpec((m,)),
-            "gamma": ParamSpec((m,), positive=True, spread=0.5),
-        }
+        # the isolated law's parameters (Chinchilla data term), then the share exponent
+        specs = IsolatedLaw().param_specs(m)
+        return specs | {"gamma": ParamSpec((m,), positive=True, spread=0.5)}
 
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
         s = r @ jnp.asarray(self._same(r.shape[-1]))
@@ -160,23 +157,13 @@ class MSLLaw(Law):
         return base - params["gamma"] * jnp.log(jnp.maximum(s, _R_FLOOR))
 
     def init(self, obs: Observations) -> dict[str, np.ndarray]:
-        red, irr = auto_locations(obs, Priors())
-        return {
-            "log_B": red,
-            "beta": np.full(obs.m, 0.3),
-            "log_E": irr,
-            "gamma": np.full(obs.m, 0.05),
-        }
+        return IsolatedLaw().init(obs) | {"gamma": np.full(obs.m, 0.05)}
 
     def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
         import numpyro.distributions as dist
 
-        red, irr = auto_locations(obs, priors)
-        return {
-            "log_B": dist.Normal(red, priors.reducible_scale),
-            "beta": dist.LogNormal(np.full(obs.m, np.log(priors.beta_median)), priors.beta_log_sd),
-            "log_E": dist.Normal(irr, priors.irreducible_scale),
-            "gamma": dist.LogNormal(np.full(obs.m, np.log(0.1)), 1.0),
+        return IsolatedLaw().priors(obs, priors) | {
+            "gamma": dist.LogNormal(np.full(obs.m, np.log(0.1)), 1.0)
         }
 
 
