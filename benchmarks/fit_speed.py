@@ -52,7 +52,11 @@ def bench(m: int, args: argparse.Namespace) -> dict:
     world = example_params(langs, seed=0, sigma=0.01)
     runs = runs_from_frame(simulate_runs(world, algorithm1_design(langs, [5e9, 2.5e10]), seed=0))
     config = NutsConfig(
-        chains=args.chains, warmup=args.warmup, samples=args.samples, progress_bar=False
+        chains=args.chains,
+        warmup=args.warmup,
+        samples=args.samples,
+        dense_mass=not args.diagonal,
+        progress_bar=False,
     )
     t0 = time.perf_counter()
     fit = fit_runs(runs, method="nuts", config=config, seed=0)
@@ -85,6 +89,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--diagonal", action="store_true", help="diagonal mass matrix (default dense)")
     ap.add_argument("--repeat", action="store_true", help="second run to separate compile time")
     args = ap.parse_args()
     rows = [bench(int(m), args) for m in args.languages.split(",")]

@@ -13,8 +13,8 @@ from climb_bayes.priors import Priors, priors_to_toml
 from climb_bayes.robustness import (
     PARETO_K_MAX,
     log_prior_tree,
+    mode_refit,
     prior_sensitivity,
-    run_loglik,
     run_pareto_k,
     run_robustness,
 )
@@ -42,13 +42,10 @@ def test_conflicting_prior_is_flagged(map_fit3):
     assert "NOT ROBUST" in res["verdict"]["text"]
 
 
-def test_planted_outlier_run_gets_high_pareto_k(nuts_fit3):
-    runs = nuts_fit3.runs
-    k_clean, _ = run_pareto_k(nuts_fit3)
-    target = int(np.argmin(k_clean))
+def _plant_outlier(runs: RunsData, target: int, factor: float) -> RunsData:
     point_loss = np.array(runs.point_loss)
-    point_loss[np.asarray(runs.point_run) == target] *= 1.15  # 15% off: an outlier run
-    planted = RunsData.from_arrays(
+    point_loss[np.asarray(runs.point_run) == target] *= factor
+    return RunsData.from_arrays(
         runs.languages,
         list(runs.run_ids),
         np.asarray(runs.run_proportions),
@@ -58,10 +55,38 @@ def test_planted_outlier_run_gets_high_pareto_k(nuts_fit3):
         point_loss,
         tail_start=runs.tail_start,
     )
-    k, _ = run_pareto_k(nuts_fit3, run_loglik(nuts_fit3, planted))
+
+
+def test_planted_outlier_run_gets_high_pareto_k_and_moves_rstar(nuts_fit3):
+    """An outlier planted *before* fitting: PSIS-LOO flags that run, and the influence study
+    finds that dropping it moves r* more than dropping the same run moves the clean fit."""
+    from climb_bayes.fitting import fit_runs
+    from climb_bayes.nuts import NutsConfig
+
+    runs = nuts_fit3.runs
+    k_clean, _ = run_pareto_k(nuts_fit3)
+    target = int(np.argmin(k_clean))
+    assert k_clean[target] < PARETO_K_MAX
+    planted = _plant_outlier(runs, target, 1.15)  # every loss of one run 15% off
+    config = NutsConfig(chains=2, warmup=300, samples=400, progress_bar=False)
+    planted_fit = fit_runs(planted, method="nuts", config=config, seed=0)
+    k, _ = run_pareto_k(planted_fit)
     assert k[target] > PARETO_K_MAX
     assert k[target] == k.max()
-    assert k_clean[target] < PARETO_K_MAX
+
+    res = run_robustness(planted_fit, studies=["influence"], n_influential=1)
+    influence = res["studies"]["influence"]
+    assert runs.run_ids[target] in influence["high_pareto_k"]
+    (variant,) = influence["variants"]
+    assert variant["variant"] == f"without {runs.run_ids[target]}"
+    moved = variant["rstar_shift"]
+
+    weights = np.ones(len(runs.run_ids))
+    weights[target] = 0.0
+    full = mode_refit(nuts_fit3)
+    dropped = mode_refit(nuts_fit3, weights=weights[np.asarray(runs.obs_run)])
+    clean_move = float(np.max(np.abs(np.subtract(dropped["rstar"], full["rstar"]))))
+    assert moved > 2 * clean_move
 
 
 def test_log_prior_group_and_psense(nuts_fit3):
