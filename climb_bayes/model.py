@@ -177,6 +177,19 @@ def _scatter_pairs(values: jnp.ndarray, m: int) -> jnp.ndarray:
     return jnp.zeros(values.shape[:-1] + (m, m), values.dtype).at[..., src, tgt].set(values)
 
 
+def _saturated_site(name: str, sampled: str, scale: float, log_saturation: jax.Array) -> jax.Array:
+    """Transfer parameter ``name ~ Normal(0, scale)`` sampled as ``name * saturation``.
+
+    The sampled site carries a masked placeholder density; the prior on ``name`` and the
+    Jacobian ``-log saturation`` of the change of coordinates are added as factors.
+    """
+    value_sat = numpyro.sample(sampled, dist.Normal(0.0, scale).mask(False))
+    value = numpyro.deterministic(name, value_sat * jnp.exp(-log_saturation))
+    numpyro.factor(f"prior_{name}", dist.Normal(0.0, scale).log_prob(value))
+    numpyro.factor(f"jacobian_{name}", -log_saturation)
+    return value
+
+
 def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     """NumPyro model of per-language log validation loss under the CLIMB law.
 
@@ -230,22 +243,12 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
             b_z = numpyro.sample("b_z", dist.Normal(0.0, 1.0))
             b_off = numpyro.deterministic("b_offdiag", mu_b + tau_b * b_z)
         else:
-            b_sat = numpyro.sample(
-                "b_saturated", dist.Normal(0.0, priors.transfer_scale).mask(False)
+            b_off = _saturated_site(
+                "b_offdiag", "b_saturated", priors.transfer_scale, log_saturation
             )
-            b_off = numpyro.deterministic("b_offdiag", b_sat * jnp.exp(-log_saturation))
-            numpyro.factor(
-                "prior_b_offdiag", dist.Normal(0.0, priors.transfer_scale).log_prob(b_off)
-            )
-            numpyro.factor("jacobian_b_offdiag", -log_saturation)
-        kappa_sat = numpyro.sample(
-            "kappa_saturated", dist.Normal(0.0, priors.decay_scale).mask(False)
+        kappa_off = _saturated_site(
+            "kappa_offdiag", "kappa_saturated", priors.decay_scale, log_saturation
         )
-        kappa_off = numpyro.deterministic("kappa_offdiag", kappa_sat * jnp.exp(-log_saturation))
-        numpyro.factor(
-            "prior_kappa_offdiag", dist.Normal(0.0, priors.decay_scale).log_prob(kappa_off)
-        )
-        numpyro.factor("jacobian_kappa_offdiag", -log_saturation)
 
     b = numpyro.deterministic("b", _scatter_pairs(b_off, m))
     kappa = _scatter_pairs(kappa_off, m)
