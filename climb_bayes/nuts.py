@@ -29,7 +29,7 @@ from climb_bayes.model import ModelData, climb_model, sampler_coordinates
 from climb_bayes.point_fit import PointFit
 from climb_bayes.priors import Priors
 
-__all__ = ["INITS", "NutsConfig", "run_nuts", "prior_centre"]
+__all__ = ["INITS", "NutsConfig", "run_nuts", "prior_centre", "chain_inits"]
 
 INITS = ("prior-centre", "median", "prior", "map")
 
@@ -116,6 +116,24 @@ def _jittered_inits(
     return out
 
 
+def chain_inits(
+    key: jax.Array,
+    data: ModelData,
+    priors: Priors,
+    chains: int,
+    base: dict[str, np.ndarray] | None = None,
+) -> dict[str, jnp.ndarray]:
+    """Per-chain starting values in NUTS's unconstrained coordinates.
+
+    ``base`` (sampled coordinates, see :func:`climb_bayes.model.sampler_coordinates`; the
+    prior centre with transfer off when omitted) jittered by a quarter of the prior spread:
+    the ``prior-centre`` start of :func:`run_nuts`, also used by SBC.
+    """
+    if base is None:
+        base = sampler_coordinates(prior_centre(data, priors), data, priors)
+    return _to_unconstrained(_jittered_inits(key, data, priors, chains, base))
+
+
 def run_nuts(
     key: jax.Array,
     data: ModelData,
@@ -154,7 +172,7 @@ def run_nuts(
             base = prior_centre(data, priors)
         base = sampler_coordinates(base, data, priors)
         strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
-        init_params = _jittered_inits(init_key, data, priors, config.chains, base)
+        init_params = chain_inits(init_key, data, priors, config.chains, base)
 
     chain_method = config.chain_method
     if chain_method == "auto":
@@ -175,8 +193,6 @@ def run_nuts(
         chain_method=chain_method,
         progress_bar=progress,
     )
-    if init_params is not None:
-        init_params = _to_unconstrained(init_params)
     mcmc.run(
         run_key,
         data,

@@ -303,14 +303,6 @@ def _refit_group(
 
     vg = jax.jit(jax.value_and_grad(objective))
 
-    def to_law(x: np.ndarray) -> LawParams:
-        c = constrain_fn(
-            climb_model, (data, priors), {}, unravel(jnp.asarray(x)), return_deterministic=True
-        )
-        return LawParams(
-            *(np.asarray(c[n])[None] for n in ("log_B", "beta", "log_E", "b", "k", "eta"))
-        )
-
     hess = jax.jit(jax.hessian(objective))
 
     @jax.jit
@@ -334,7 +326,7 @@ def _refit_group(
             method="L-BFGS-B",
             options={"maxiter": 3000},
         )
-        law = to_law(res.x)
+        law = to_laws(np.asarray(res.x)[None])
         lo_hi = _laplace_intervals(res.x, hess(jnp.asarray(res.x), w), to_laws, budget)
         results.append(
             {

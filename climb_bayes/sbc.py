@@ -56,7 +56,6 @@ from climb_bayes.model import (
     model_data,
     pair_labels,
     prior_locations,
-    sampler_coordinates,
 )
 from climb_bayes.priors import Priors
 
@@ -615,11 +614,9 @@ def _initial_values(key: jax.Array, problem: SbcProblem, chains: int) -> dict[st
     """Per-chain starts in unconstrained coordinates: the ``prior-centre`` start of
     ``climb-bayes fit`` (prior centre with transfer off, jittered by a quarter of the prior
     spread), so that SBC checks the sampler as the fits run it."""
-    from climb_bayes.nuts import _jittered_inits, _to_unconstrained, prior_centre
+    from climb_bayes.nuts import chain_inits
 
-    data, priors = problem.data, problem.priors
-    base = sampler_coordinates(prior_centre(data, priors), data, priors)
-    return _to_unconstrained(_jittered_inits(key, data, priors, chains, base))
+    return chain_inits(key, problem.data, problem.priors, chains)
 
 
 class Replication(NamedTuple):
