@@ -27,6 +27,7 @@ from climb_bayes.model import (
     sampler_coordinates,
 )
 from climb_bayes.nuts import NutsConfig, run_nuts
+from climb_bayes.nuts_blocks import run_blocked_nuts, use_language_blocks
 from climb_bayes.point_fit import PointFit, point_fit
 from climb_bayes.priors import Priors, priors_to_toml
 from climb_bayes.runs import RunsData
@@ -190,11 +191,16 @@ def fit_runs(
     else:
         import arviz_base
 
+        blocked = use_language_blocks(config, priors, runs.n_languages)
         log(
             f"NUTS: {config.chains} chains x ({config.warmup} warm-up + "
             f"{config.draws_per_chain} draws), target accept {config.target_accept}"
+            + (f", one block per language ({runs.n_languages})" if blocked else "")
         )
-        mcmc = run_nuts(k_nuts, data, priors, config, point=point)
+        if blocked:
+            mcmc = run_blocked_nuts(k_nuts, data, priors, config, log=log)
+        else:
+            mcmc = run_nuts(k_nuts, data, priors, config, point=point)
         samples = mcmc.get_samples()
         jax.block_until_ready(samples)
         elapsed = time.perf_counter() - t0
@@ -217,7 +223,7 @@ def fit_runs(
         )
         attrs["diagnostics"] = diag.to_json()
         attrs["sampling_seconds"] = float(elapsed)
-        attrs["nuts_config"] = json.dumps(config._asdict())
+        attrs["nuts_config"] = json.dumps(config._asdict() | {"blocks_used": blocked})
     tree.attrs.update(attrs)
     return Fit(tree)
 

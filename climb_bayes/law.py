@@ -33,7 +33,9 @@ __all__ = [
     "LawParams",
     "transfer_strength",
     "effective_ratio",
+    "saturating_ratio",
     "log_loss",
+    "log_loss_at_ratio",
     "loss",
     "optimal_direction",
     "to_reference_units",
@@ -142,6 +144,27 @@ def effective_ratio(
         jnp.einsum("...j,...ji->...i", r, _off_diagonal(b))
         + jnp.einsum("...j,...ji->...i", r, _off_diagonal(k)) / D[..., None]
     )
+    return saturating_ratio(r, inflow, eta)
+
+
+def saturating_ratio(r: jax.Array, inflow: jax.Array, eta: jax.Array) -> jax.Array:
+    """``rt = r + inflow (1 - exp(-eta r))`` from a language's share and its transfer inflow.
+
+    Parameters
+    ----------
+    r, inflow, eta : array (..., n)
+        Shares of the target languages (unit-free), their inflow
+        ``sum_{j != i} (b_ji + k_ji / D) r_j`` (unit-free) and data-sufficiency rates.
+
+    Returns
+    -------
+    array (..., n)
+        Effective ratios (unit-free), not floored.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (4).
+    """
     return r + inflow * (-jnp.expm1(-eta * r))
 
 
@@ -184,9 +207,34 @@ def log_loss(
     .. [2] Hoffmann et al. (2022), Eq. (2) (data term).
     """
     D = jnp.asarray(D)
-    rt = effective_ratio(r, D, b, k, eta)
+    return log_loss_at_ratio(effective_ratio(r, D, b, k, eta), D, log_B, beta, log_E)
+
+
+def log_loss_at_ratio(
+    rt: jax.Array, D: jax.Array, log_B: jax.Array, beta: jax.Array, log_E: jax.Array
+) -> jax.Array:
+    """``log(B / (D rt)^beta + E)`` with the smooth floor :data:`RT_FLOOR_SCALE` on ``rt``.
+
+    Parameters
+    ----------
+    rt : array (..., n)
+        Effective ratios (unit-free; may be <= 0 under negative transfer).
+    D : array (...)
+        Token budget, in the unit ``log_B`` uses.
+    log_B, beta, log_E : array (..., n)
+        Per-language parameters, see :class:`LawParams`.
+
+    Returns
+    -------
+    array (..., n)
+        Log loss, log(nats/token).
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (6).
+    """
     rt = jnp.maximum(RT_FLOOR_SCALE * jax.nn.softplus(rt / RT_FLOOR_SCALE), 1e-3 * RT_FLOOR_SCALE)
-    log_effective_tokens = jnp.log(D)[..., None] + jnp.log(rt)
+    log_effective_tokens = jnp.log(jnp.asarray(D))[..., None] + jnp.log(rt)
     return jnp.logaddexp(log_B - beta * log_effective_tokens, log_E)
 
 

@@ -57,7 +57,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from climb_bayes.law import log_loss
+from climb_bayes.law import log_loss_at_ratio, saturating_ratio
 from climb_bayes.priors import Priors
 from climb_bayes.runs import RunsData
 
@@ -104,6 +104,16 @@ class ModelData(NamedTuple):
     irreducible_loc: np.ndarray  # (m,) prior location of log_E
     d_ref: float
     reference_share: float = 0.5  # share c of the saturated transfer coordinates
+    obs_mask: np.ndarray | None = None  # (N,) bool; False = padding, not observed
+
+    @property
+    def n_targets(self) -> int:
+        """Number of target languages modelled: the first ``n_targets`` columns of ``point_r``.
+
+        All languages for a full fit; one for a per-language block
+        (:mod:`climb_bayes.nuts_blocks`), whose target is column 0.
+        """
+        return int(np.shape(self.reducible_loc)[-1])
 
 
 def reference_share(point_r: np.ndarray) -> float:
@@ -123,9 +133,14 @@ def reference_budget(tokens: np.ndarray) -> float:
     return float(10.0 ** np.round(np.mean(np.log10(tokens))))
 
 
-def pair_indices(m: int) -> tuple[np.ndarray, np.ndarray]:
-    """(source, target) indices of the ``m (m - 1)`` off-diagonal transfer pairs, row-major."""
-    src, tgt = np.nonzero(~np.eye(m, dtype=bool))
+def pair_indices(m: int, n_targets: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) indices of the off-diagonal transfer pairs, row-major.
+
+    ``m (m - 1)`` pairs; with ``n_targets`` only the pairs whose target is one of the first
+    ``n_targets`` languages (``n_targets (m - 1)`` pairs, same relative order).
+    """
+    n_targets = m if n_targets is None else n_targets
+    src, tgt = np.nonzero(~np.eye(m, dtype=bool)[:, :n_targets])
     return src, tgt
 
 
@@ -172,9 +187,11 @@ def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> Mo
     )
 
 
-def _scatter_pairs(values: jnp.ndarray, m: int) -> jnp.ndarray:
-    src, tgt = pair_indices(m)
-    return jnp.zeros(values.shape[:-1] + (m, m), values.dtype).at[..., src, tgt].set(values)
+def _scatter_pairs(values: jnp.ndarray, m: int, n_targets: int) -> jnp.ndarray:
+    """Pair values as a ``(..., m, n_targets)`` [source, target] matrix, zero diagonal."""
+    src, tgt = pair_indices(m, n_targets)
+    shape = values.shape[:-1] + (m, n_targets)
+    return jnp.zeros(shape, values.dtype).at[..., src, tgt].set(values)
 
 
 def _saturated_site(name: str, sampled: str, scale: float, log_saturation: jax.Array) -> jax.Array:
@@ -207,15 +224,15 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     .. [1] Guo et al. (2025), Eq. (6).
     """
     m = data.point_r.shape[-1]
-    n_pairs = m * (m - 1)
-    _, target = pair_indices(m)
-    with numpyro.plate("language", m, dim=-1):
+    n_targets = data.n_targets
+    _, target = pair_indices(m, n_targets)
+    with numpyro.plate("language", n_targets, dim=-1):
         # Sampled coordinates; their own densities are masked out: the priors are the factors.
-        centre_L0 = np.logaddexp(data.reducible_loc, data.irreducible_loc)
-        centre_f = np.asarray(data.reducible_loc) - np.asarray(data.irreducible_loc)
+        centre_L0 = jnp.logaddexp(data.reducible_loc, data.irreducible_loc)
+        centre_f = jnp.asarray(data.reducible_loc) - jnp.asarray(data.irreducible_loc)
         log_L0 = numpyro.sample("log_L0", dist.Normal(centre_L0, 1.0).mask(False))
         logit_f = numpyro.sample("logit_f", dist.Normal(centre_f, 1.0).mask(False))
-        centre_slope = np.log(priors.beta_median) - np.logaddexp(0.0, -centre_f)
+        centre_slope = np.log(priors.beta_median) - jnp.logaddexp(0.0, -centre_f)
         log_slope = numpyro.sample("log_slope", dist.Normal(centre_slope, 1.0).mask(False))
         log_A = numpyro.deterministic("log_A", log_L0 - jax.nn.softplus(-logit_f))
         log_E = numpyro.deterministic("log_E", log_L0 - jax.nn.softplus(logit_f))
@@ -238,7 +255,7 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     if priors.hierarchical_transfer:
         mu_b = numpyro.sample("mu_b", dist.Normal(0.0, priors.transfer_scale))
         tau_b = numpyro.sample("tau_b", dist.HalfNormal(priors.transfer_scale))
-    with numpyro.plate("pair", n_pairs, dim=-1):
+    with numpyro.plate("pair", target.size, dim=-1):
         if priors.hierarchical_transfer:
             b_z = numpyro.sample("b_z", dist.Normal(0.0, 1.0))
             b_off = numpyro.deterministic("b_offdiag", mu_b + tau_b * b_z)
@@ -250,20 +267,26 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
             "kappa_offdiag", "kappa_saturated", priors.decay_scale, log_saturation
         )
 
-    b = numpyro.deterministic("b", _scatter_pairs(b_off, m))
-    kappa = _scatter_pairs(kappa_off, m)
+    b = numpyro.deterministic("b", _scatter_pairs(b_off, m, n_targets))
+    kappa = _scatter_pairs(kappa_off, m, n_targets)
     numpyro.deterministic("k", kappa * data.d_ref)
     log_B = numpyro.deterministic("log_B", log_A + beta * jnp.log(data.d_ref))
     numpyro.deterministic("B", jnp.exp(log_B))
     numpyro.deterministic("E", jnp.exp(log_E))
 
-    pred = log_loss(data.point_r, data.point_d, log_A, beta, log_E, b, kappa, eta)
+    # The law (Eq. 6) for the target columns: inflow sum_j (b_ji + kappa_ji / D) r_j.
+    r = jnp.asarray(data.point_r)
+    inflow = r @ b + (r @ kappa) / data.point_d[:, None]
+    rt = saturating_ratio(r[:, :n_targets], inflow, eta)
+    pred = log_loss_at_ratio(rt, data.point_d, log_A, beta, log_E)
     loc = pred[data.obs_point, data.obs_language]
     scale = sigma[data.obs_language]
     if priors.likelihood == "normal":
         noise = dist.Normal(loc, scale)
     else:
         noise = dist.StudentT(priors.student_df, loc, scale)
+    if data.obs_mask is not None:
+        noise = noise.mask(data.obs_mask)
     with numpyro.plate("obs", data.obs_log_loss.shape[0], dim=-1):
         numpyro.sample("log_loss", noise, obs=data.obs_log_loss if observed else None)
 
@@ -307,8 +330,7 @@ def sampler_coordinates(
         "eta": v["eta"],
         "sigma": v["sigma"],
     }
-    m = out["eta"].shape[-1]
-    _, target = pair_indices(m)
+    _, target = pair_indices(data.point_r.shape[-1], out["eta"].shape[-1])
     saturation = -np.expm1(-v["eta"] * data.reference_share)[..., target]
     out["kappa_saturated"] = v["kappa_offdiag"] * saturation
     if priors.hierarchical_transfer:
@@ -333,8 +355,8 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
     their priors, maps them with :func:`sampler_coordinates` and lets the model add the
     deterministic sites and simulated observations.
     """
-    m = data.point_r.shape[-1]
-    n_pairs = m * (m - 1)
+    m = data.n_targets
+    n_pairs = pair_indices(data.point_r.shape[-1], m)[0].size
     keys = jax.random.split(key, 8)
     normal = lambda k, shape: np.asarray(jax.random.normal(k, shape))  # noqa: E731
     values: dict[str, Any] = {

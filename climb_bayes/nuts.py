@@ -17,21 +17,41 @@ References
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, NUTS, init_to_median, init_to_sample, init_to_value
+from numpyro.infer import (
+    MCMC,
+    NUTS,
+    init_to_median,
+    init_to_sample,
+    init_to_uniform,
+    init_to_value,
+)
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.model import ModelData, climb_model, sampler_coordinates
+from climb_bayes.model import ModelData, climb_model, pair_indices, sampler_coordinates
 from climb_bayes.point_fit import PointFit
 from climb_bayes.priors import Priors
 
-__all__ = ["INITS", "NutsConfig", "run_nuts", "prior_centre", "chain_inits"]
+__all__ = [
+    "INITS",
+    "BLOCKS",
+    "EXTRA_FIELDS",
+    "NutsConfig",
+    "run_nuts",
+    "nuts_mcmc",
+    "prior_centre",
+    "chain_inits",
+]
 
 INITS = ("prior-centre", "median", "prior", "map")
+BLOCKS = ("auto", "joint", "language")
+EXTRA_FIELDS = ("diverging", "num_steps", "energy", "accept_prob")
+"""Per-draw sampler statistics recorded with every fit."""
 
 
 class NutsConfig(NamedTuple):
@@ -46,6 +66,7 @@ class NutsConfig(NamedTuple):
     dense_mass: bool = True
     chain_method: str = "auto"
     progress_bar: bool | None = None
+    blocks: str = "auto"
 
     @property
     def draws_per_chain(self) -> int:
@@ -66,12 +87,14 @@ class NutsConfig(NamedTuple):
             raise ClimbError(f"--max-tree-depth must lie in 1..15, got {self.max_tree_depth}.")
         if self.init not in INITS:
             raise ClimbError(f"--init must be one of {', '.join(INITS)}, got {self.init!r}.")
+        if self.blocks not in BLOCKS:
+            raise ClimbError(f"--blocks must be one of {', '.join(BLOCKS)}, got {self.blocks!r}.")
 
 
 def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
     """Centre of the prior in the latent space, with transfer switched off."""
-    m = data.point_r.shape[-1]
-    p = m * (m - 1)
+    m = data.n_targets
+    p = pair_indices(data.point_r.shape[-1], m)[0].size
     centre = {
         "log_A": np.asarray(data.reducible_loc, float),
         "log_E": np.asarray(data.irreducible_loc, float),
@@ -174,33 +197,49 @@ def run_nuts(
         strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
         init_params = chain_inits(init_key, data, priors, config.chains, base)
 
+    mcmc = nuts_mcmc(climb_model, config, init_strategy=strategy)
+    mcmc.run(
+        run_key,
+        data,
+        priors,
+        init_params=init_params,
+        extra_fields=EXTRA_FIELDS,
+    )
+    return mcmc
+
+
+def nuts_mcmc(
+    model: Callable[..., None],
+    config: NutsConfig,
+    init_strategy: Callable[..., Any] = init_to_uniform,
+    jit_model_args: bool = False,
+) -> MCMC:
+    """NumPyro ``MCMC`` with a NUTS kernel on ``model``, configured by ``config``.
+
+    Chains run in parallel over host devices when there are enough of them (see
+    :mod:`climb_bayes`), else vectorised; the progress bar shows only on a terminal unless
+    ``config.progress_bar`` says otherwise.
+    """
     chain_method = config.chain_method
     if chain_method == "auto":
         chain_method = "parallel" if jax.local_device_count() >= config.chains else "vectorized"
     progress = sys.stderr.isatty() if config.progress_bar is None else config.progress_bar
     kernel = NUTS(
-        climb_model,
+        model,
         target_accept_prob=config.target_accept,
         max_tree_depth=config.max_tree_depth,
-        init_strategy=strategy,
+        init_strategy=init_strategy,
         dense_mass=config.dense_mass,
     )
-    mcmc = MCMC(
+    return MCMC(
         kernel,
         num_warmup=config.warmup,
         num_samples=config.draws_per_chain,
         num_chains=config.chains,
         chain_method=chain_method,
         progress_bar=progress,
+        jit_model_args=jit_model_args,
     )
-    mcmc.run(
-        run_key,
-        data,
-        priors,
-        init_params=init_params,
-        extra_fields=("diverging", "num_steps", "energy", "accept_prob"),
-    )
-    return mcmc
 
 
 def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:

@@ -431,11 +431,14 @@ def _verdict(study: str, variants: list[dict], rtol: float, ltol: float) -> tupl
     )
     with_iv = [v for v in variants if "rstar_90_shift" in v]
     if with_iv:
+        iv_r = max(v["rstar_90_shift"] for v in with_iv)
+        iv_l = max(v["loss_90_shift"] for v in with_iv)
         text += (
-            f"; 90% intervals (Laplace at each mode) move up to "
-            f"{max(v['rstar_90_shift'] for v in with_iv):.3f} in r* and "
-            f"{max(v['loss_90_shift'] for v in with_iv):.1%} in loss"
+            f"; 90% intervals (Laplace at each mode) move up to {iv_r:.3f} in r* and "
+            f"{iv_l:.1%} in loss"
         )
+        # An interval endpoint moving as far as a point estimate may is a sensitivity too.
+        flagged = flagged or iv_r > rtol or iv_l > ltol
     return ("SENSITIVE: " if flagged else "robust: ") + text, flagged
 
 

@@ -50,6 +50,15 @@ def _echo(msg: str) -> None:
     show_default=True,
     help="Initialisation of the chains.",
 )
+@click.option(
+    "--blocks",
+    type=click.Choice(["auto", "joint", "language"]),
+    default="auto",
+    show_default=True,
+    help="NUTS on the joint posterior, or one target language at a time (exact: the "
+    "posterior factorises without hierarchical transfer). auto: per language from 12 "
+    "languages up.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--priors",
@@ -99,6 +108,7 @@ def fit(
     target_accept,
     max_tree_depth,
     init,
+    blocks,
     seed,
     priors_file,
     likelihood,
@@ -142,6 +152,7 @@ def fit(
         max_tree_depth=max_tree_depth,
         init=init,
         progress_bar=progress,
+        blocks=blocks,
     )
     result = fit_runs(
         runs, priors, method=method, config=config, seed=seed, data_label=label, log=_echo
