@@ -53,6 +53,7 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.fitresult import Fit
 from climb_bayes.law import LawParams, log_loss
 from climb_bayes.model import LATENT_SITES, climb_model, model_data
+from climb_bayes.nuts import NutsConfig
 from climb_bayes.priors import Priors
 
 __all__ = [
@@ -66,12 +67,19 @@ __all__ = [
     "run_loglik",
     "run_pareto_k",
     "mode_refit",
+    "REFITS",
+    "REFIT_NUTS",
+    "nuts_refit",
     "run_robustness",
     "attach_sbc",
     "save_results",
 ]
 
 STUDIES = ("prior", "likelihood", "budget", "influence", "bootstrap")
+REFITS = ("mode", "nuts")
+REFIT_LABELS = {"mode": "posterior mode + Laplace", "nuts": "NUTS (bootstrap: mode)"}
+REFIT_NUTS = NutsConfig(chains=4, warmup=500, samples=1000, progress_bar=False)
+"""Sampler settings of ``--refit nuts`` (shorter than a main fit: one refit per variant)."""
 RSTAR_TOL = 0.05
 """Largest acceptable move of any language's optimal share (absolute)."""
 LOSS_TOL = 0.02
@@ -396,6 +404,65 @@ def _obs_weights(fit: Fit, run_weights: np.ndarray) -> np.ndarray:
     return np.asarray(run_weights, dtype=float)[np.asarray(fit.runs.obs_run)]
 
 
+def nuts_refit(
+    fit: Fit,
+    priors: Priors,
+    keep_runs: np.ndarray,
+    budget: float,
+    config: NutsConfig = REFIT_NUTS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A full NUTS refit on the kept runs under ``priors``.
+
+    Returns the median of the per-draw optimal mixtures (``rstar``) and of the extrapolated
+    loss of the uniform mixture at ``budget`` (``loss``), their 90% intervals (``rstar_90``,
+    ``loss_90``) and whether the refit passed its convergence checks (``converged``).
+    """
+    from climb_bayes.fitting import fit_runs
+    from climb_bayes.plots import rstar_draws, subsample_law
+
+    runs = fit.runs.subset_runs(np.flatnonzero(np.asarray(keep_runs, bool)))
+    refitted = fit_runs(runs, priors, method="nuts", config=config, seed=seed)
+    rs, _ = rstar_draws(refitted, budget, max_draws=100)
+    loss = _extrap_loss(subsample_law(refitted, 100), budget)
+    q = [0.05, 0.95]
+    return {
+        "rstar": np.median(rs, 0).tolist(),
+        "loss": np.median(loss, 0).tolist(),
+        "rstar_90": np.quantile(rs, q, axis=0).tolist(),
+        "loss_90": np.quantile(loss, q, axis=0).tolist(),
+        "converged": bool(refitted.diagnostics.ok),
+    }
+
+
+def _nuts_group(
+    fit: Fit,
+    priors: Priors,
+    variants: list[tuple[str, np.ndarray]],
+    budget: float,
+    config: NutsConfig,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """NUTS refits of one group; bootstrap resamples (integer run counts) stay mode refits."""
+    boot = [i for i, (name, _w) in enumerate(variants) if name.startswith("bootstrap")]
+    mode = _refit_group(fit, priors, [variants[i][1] for i in boot], budget) if boot else []
+    out: list[dict[str, Any]] = []
+    for i, (_name, w) in enumerate(variants):
+        if i in boot:
+            out.append(mode[boot.index(i)])
+        else:
+            keep = _run_weights(fit, w) > 0
+            out.append(nuts_refit(fit, priors, keep, budget, config, seed))
+    return out
+
+
+def _run_weights(fit: Fit, obs_weights: np.ndarray) -> np.ndarray:
+    """Run weights back from observation weights (every observation of a run shares one)."""
+    out = np.zeros(fit.runs.n_runs)
+    out[np.asarray(fit.runs.obs_run)] = obs_weights
+    return out
+
+
 def _compare(name: str, res: dict, base: dict, ref: dict) -> dict[str, Any]:
     dr = np.abs(np.asarray(res["rstar"]) - np.asarray(base["rstar"]))
     dl = np.abs(np.asarray(res["loss"]) / np.asarray(base["loss"]) - 1.0)
@@ -473,6 +540,8 @@ def run_robustness(
     rstar_tol: float = RSTAR_TOL,
     loss_tol: float = LOSS_TOL,
     prior_sets: dict[str, Callable[[Priors], Priors]] | None = None,
+    refit: str = "mode",
+    refit_config: NutsConfig = REFIT_NUTS,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run the robustness studies and return one JSON-able results dict.
@@ -500,6 +569,13 @@ def run_robustness(
     prior_sets : dict, optional
         Alternative priors of the prior study (name -> function of the fit's priors);
         :data:`ALTERNATIVE_PRIORS` by default.
+    refit : {"mode", "nuts"}
+        ``"mode"``: posterior mode plus a Laplace approximation per variant (fast, parallel
+        over ``workers``). ``"nuts"``: a full NUTS refit per variant (:data:`REFIT_NUTS`,
+        runs removed from the table rather than down-weighted); bootstrap resamples stay
+        point/mode refits, as in the Chinchilla replication.
+    refit_config : NutsConfig
+        Sampler settings of the NUTS refits.
     log : callable, optional
         Receives progress lines.
 
@@ -515,6 +591,8 @@ def run_robustness(
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:
         raise ClimbError(f"--studies: unknown {', '.join(unknown)}; known: {', '.join(STUDIES)}.")
+    if refit not in REFITS:
+        raise ClimbError(f"--refit must be one of {', '.join(REFITS)}, got {refit!r}.")
     if workers > 1 and fit_path is None:
         raise ClimbError("workers > 1 needs the fit's file path (worker processes load it).")
     log = log or (lambda _m: None)
@@ -525,6 +603,7 @@ def run_robustness(
     ref = _reference(fit, budget)
     out: dict[str, Any] = {
         "fit_method": fit.method,
+        "refit": refit,
         "languages": list(fit.languages),
         "target_budget": budget,
         "thresholds": {"rstar": rstar_tol, "loss": loss_tol, "pareto_k": PARETO_K_MAX},
@@ -597,9 +676,13 @@ def run_robustness(
 
     # 2. Refit (in parallel processes when asked), with progress.
     n_total = sum(len(v) for _g, _p, v in groups)
-    log(f"{n_total} posterior-mode refits in {len(groups)} groups, {workers} worker(s)")
+    log(f"{n_total} refits ({REFIT_LABELS[refit]}) in {len(groups)} groups")
     results: dict[str, list[dict]] = {}
-    if workers > 1:
+    if refit == "nuts":
+        for done, (g, p, v) in enumerate(groups, 1):
+            results[g] = _nuts_group(fit, p, v, budget, refit_config, seed)
+            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
+    elif workers > 1:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
@@ -697,7 +780,7 @@ def run_robustness(
 
     flagged = [s for s, e in out["studies"].items() if e["flagged"]]
     lines = [
-        f"target budget {budget:.3g} tokens; refits: posterior mode; thresholds |r*| "
+        f"target budget {budget:.3g} tokens; refits: {REFIT_LABELS[refit]}; thresholds |r*| "
         f"{rstar_tol}, loss {loss_tol:.0%}"
     ]
     lines += [f"{s:<11} {e['verdict']}" for s, e in out["studies"].items()]

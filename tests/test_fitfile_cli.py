@@ -170,3 +170,12 @@ def test_cli_missing_file_and_bad_priors_file(tmp_path, capsys):
     f.write_text("run_id,tokens,r_en,r_de,loss_en,loss_de\na,1e9,0.5,0.5,3.0,3.1\n")
     assert main(["fit", str(f), "--method", "map", "--priors", str(tmp_path / "p.toml")]) == 2
     assert "priors file not found" in capsys.readouterr().err
+
+
+def test_cli_blocks_with_hierarchical_transfer_is_refused(tmp_path, capsys):
+    out = tmp_path / "fit.nc"
+    code = main(["fit", "--blocks", "language", "--hierarchical-transfer", "-o", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--blocks joint" in err and "Traceback" not in err
+    assert not out.exists()

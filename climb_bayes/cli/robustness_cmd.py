@@ -83,6 +83,14 @@ def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> 
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap and SBC seed.")
 @click.option(
+    "--refit",
+    type=click.Choice(["mode", "nuts"]),
+    default="mode",
+    show_default=True,
+    help="How each variant is refitted: posterior mode + Laplace intervals (fast), or a full "
+    "NUTS refit (4 chains x (500 + 250); minutes per variant; bootstrap stays mode refits).",
+)
+@click.option(
     "--rstar-tol",
     type=float,
     default=0.05,
@@ -116,6 +124,7 @@ def robustness(
     n_influential: int,
     workers: int,
     seed: int,
+    refit: str,
     rstar_tol: float,
     loss_tol: float,
     sbc_n: int | None,
@@ -147,6 +156,7 @@ def robustness(
             seed=seed,
             rstar_tol=rstar_tol,
             loss_tol=loss_tol,
+            refit=refit,
             log=log,
         )
     if sbc_n:
