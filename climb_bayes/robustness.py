@@ -78,6 +78,7 @@ __all__ = [
 STUDIES = ("prior", "likelihood", "budget", "influence", "bootstrap")
 REFITS = ("mode", "nuts")
 REFIT_LABELS = {"mode": "posterior mode + Laplace", "nuts": "NUTS (bootstrap: mode)"}
+INTERVAL_LABELS = {"mode": "Laplace at each mode", "nuts": "NUTS posteriors"}
 REFIT_NUTS = NutsConfig(chains=4, warmup=500, samples=1000, progress_bar=False)
 """Sampler settings of ``--refit nuts`` (shorter than a main fit: one refit per variant)."""
 RSTAR_TOL = 0.05
@@ -486,7 +487,9 @@ def _compare(name: str, res: dict, base: dict, ref: dict) -> dict[str, Any]:
     return out
 
 
-def _verdict(study: str, variants: list[dict], rtol: float, ltol: float) -> tuple[str, bool]:
+def _verdict(
+    study: str, variants: list[dict], rtol: float, ltol: float, refit: str = "mode"
+) -> tuple[str, bool]:
     if not variants:
         return "no refits", False
     worst_r = max(variants, key=lambda v: v["rstar_shift"])
@@ -501,7 +504,7 @@ def _verdict(study: str, variants: list[dict], rtol: float, ltol: float) -> tupl
         iv_r = max(v["rstar_90_shift"] for v in with_iv)
         iv_l = max(v["loss_90_shift"] for v in with_iv)
         text += (
-            f"; 90% intervals (Laplace at each mode) move up to {iv_r:.3f} in r* and "
+            f"; 90% intervals ({INTERVAL_LABELS[refit]}) move up to {iv_r:.3f} in r* and "
             f"{iv_l:.1%} in loss"
         )
         # An interval endpoint moving as far as a point estimate may is a sensitivity too.
@@ -758,7 +761,7 @@ def run_robustness(
                 f"{width:.3f} wide over {len(variants)} resamples"
             )
         else:
-            text, flagged = _verdict(study, variants, rstar_tol, loss_tol)
+            text, flagged = _verdict(study, variants, rstar_tol, loss_tol, refit)
         if study == "prior":
             ps = entry.get("psense", {})
             if ps.get("conflict"):
