@@ -208,7 +208,7 @@ def fit_runs(
         pp = _posterior_predictive(k_pp, data, priors, samples)
         pp = pp.reshape((config.chains, -1) + pp.shape[1:])
         tree = arviz_base.from_numpyro(
-            mcmc,
+            mcmc.for_arviz() if blocked else mcmc,
             posterior_predictive={"log_loss": pp},
             log_likelihood=True,
             constant_data=_constant_data(runs),

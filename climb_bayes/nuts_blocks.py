@@ -126,6 +126,7 @@ class BlockedPosterior:
         extra: dict[str, np.ndarray],
         data: ModelData,
         priors: Priors,
+        max_tree_depth: int = 10,
     ) -> None:
         self._samples = samples  # site -> (chains, draws, ...): latent and deterministic
         self._extra = extra
@@ -133,7 +134,7 @@ class BlockedPosterior:
         self.thinning = 1
         self._args = (data, priors)
         self._kwargs: dict[str, Any] = {}
-        self.sampler = NUTS(climb_model)
+        self.sampler = NUTS(climb_model, max_tree_depth=max_tree_depth)
 
     @staticmethod
     def _flatten(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -146,6 +147,18 @@ class BlockedPosterior:
     def get_extra_fields(self, group_by_chain: bool = False) -> dict[str, np.ndarray]:
         """Combined per-draw sampler statistics (see the module docstring)."""
         return dict(self._extra) if group_by_chain else self._flatten(self._extra)
+
+    def for_arviz(self) -> Any:
+        """The object to hand to :func:`arviz_base.from_numpyro`.
+
+        arviz-base 1.x takes non-``MCMC`` results through adapter objects; its
+        ``MCMCAdapter`` reads exactly the ``MCMC`` interface this class provides. Older
+        arviz-base (0.x, the Python 3.11 line) reads that interface directly.
+        """
+        from arviz_base import io_numpyro
+
+        adapter = getattr(io_numpyro, "MCMCAdapter", None)
+        return self if adapter is None else adapter(self)
 
 
 def run_blocked_nuts(
@@ -230,4 +243,4 @@ def run_blocked_nuts(
     )
     samples = {k: np.asarray(v).reshape((chains, draws) + v.shape[1:]) for k, v in sites.items()}
     samples |= joint
-    return BlockedPosterior(samples, combined, data, priors)
+    return BlockedPosterior(samples, combined, data, priors, config.max_tree_depth)
