@@ -115,6 +115,11 @@ class ModelData(NamedTuple):
         """
         return int(np.shape(self.reducible_loc)[-1])
 
+    @property
+    def n_pairs(self) -> int:
+        """Number of transfer pairs modelled: every source into each target language."""
+        return self.n_targets * (np.shape(self.point_r)[-1] - 1)
+
 
 def reference_share(point_r: np.ndarray) -> float:
     """Median of the shares strictly between 0 and 1 (0.5 when there are none).
@@ -355,8 +360,7 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
     their priors, maps them with :func:`sampler_coordinates` and lets the model add the
     deterministic sites and simulated observations.
     """
-    m = data.n_targets
-    n_pairs = pair_indices(data.point_r.shape[-1], m)[0].size
+    m, n_pairs = data.n_targets, data.n_pairs
     keys = jax.random.split(key, 8)
     normal = lambda k, shape: np.asarray(jax.random.normal(k, shape))  # noqa: E731
     values: dict[str, Any] = {

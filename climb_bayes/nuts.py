@@ -33,7 +33,7 @@ from numpyro.infer import (
 )
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.model import ModelData, climb_model, pair_indices, sampler_coordinates
+from climb_bayes.model import ModelData, climb_model, sampler_coordinates
 from climb_bayes.point_fit import PointFit
 from climb_bayes.priors import Priors
 
@@ -93,8 +93,7 @@ class NutsConfig(NamedTuple):
 
 def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
     """Centre of the prior in the latent space, with transfer switched off."""
-    m = data.n_targets
-    p = pair_indices(data.point_r.shape[-1], m)[0].size
+    m, p = data.n_targets, data.n_pairs
     centre = {
         "log_A": np.asarray(data.reducible_loc, float),
         "log_E": np.asarray(data.irreducible_loc, float),

@@ -36,14 +36,8 @@ from numpyro import handlers
 from numpyro.infer import NUTS, Predictive
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.model import (
-    ModelData,
-    climb_model,
-    latent_sites,
-    pair_indices,
-    sampler_coordinates,
-)
-from climb_bayes.nuts import EXTRA_FIELDS, NutsConfig, chain_inits, nuts_mcmc, prior_centre
+from climb_bayes.model import ModelData, climb_model, latent_sites, pair_indices
+from climb_bayes.nuts import EXTRA_FIELDS, NutsConfig, chain_inits, nuts_mcmc
 from climb_bayes.priors import Priors
 
 __all__ = [
@@ -200,8 +194,7 @@ def run_blocked_nuts(
     for i, block in enumerate(blocks):
         block_key = jax.random.fold_in(key, i)
         init_key, run_key = jax.random.split(block_key)
-        base = sampler_coordinates(prior_centre(block, priors), block, priors)
-        inits = chain_inits(init_key, block, priors, config.chains, base)
+        inits = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
         mcmc.run(run_key, block, init_params=inits, extra_fields=EXTRA_FIELDS)
         draws = jax.device_get(mcmc.get_samples(group_by_chain=True))
         for n in names:

@@ -420,18 +420,17 @@ def nuts_refit(
     ``loss_90``) and whether the refit passed its convergence checks (``converged``).
     """
     from climb_bayes.fitting import fit_runs
-    from climb_bayes.plots import rstar_draws, subsample_law
 
     runs = fit.runs.subset_runs(np.flatnonzero(np.asarray(keep_runs, bool)))
     refitted = fit_runs(runs, priors, method="nuts", config=config, seed=seed)
-    rs, _ = rstar_draws(refitted, budget, max_draws=100)
-    loss = _extrap_loss(subsample_law(refitted, 100), budget)
-    q = [0.05, 0.95]
+    summary = _reference(refitted, budget)
+    if not summary:
+        raise ClimbError(f"a NUTS refit needs >= 20 draws, got {refitted.n_draws}.")
     return {
-        "rstar": np.median(rs, 0).tolist(),
-        "loss": np.median(loss, 0).tolist(),
-        "rstar_90": np.quantile(rs, q, axis=0).tolist(),
-        "loss_90": np.quantile(loss, q, axis=0).tolist(),
+        "rstar": summary["rstar_median"],
+        "loss": summary["loss_median"],
+        "rstar_90": [summary["rstar_lo"].tolist(), summary["rstar_hi"].tolist()],
+        "loss_90": [summary["loss_lo"].tolist(), summary["loss_hi"].tolist()],
         "converged": bool(refitted.diagnostics.ok),
     }
 
@@ -444,23 +443,17 @@ def _nuts_group(
     config: NutsConfig,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """NUTS refits of one group; bootstrap resamples (integer run counts) stay mode refits."""
+    """NUTS refits of one group (variants carry run weights); bootstrap resamples (integer run
+    counts) stay mode refits."""
     boot = [i for i, (name, _w) in enumerate(variants) if name.startswith("bootstrap")]
-    mode = _refit_group(fit, priors, [variants[i][1] for i in boot], budget) if boot else []
+    weights = [_obs_weights(fit, variants[i][1]) for i in boot]
+    mode = _refit_group(fit, priors, weights, budget) if boot else []
     out: list[dict[str, Any]] = []
     for i, (_name, w) in enumerate(variants):
         if i in boot:
             out.append(mode[boot.index(i)])
         else:
-            keep = _run_weights(fit, w) > 0
-            out.append(nuts_refit(fit, priors, keep, budget, config, seed))
-    return out
-
-
-def _run_weights(fit: Fit, obs_weights: np.ndarray) -> np.ndarray:
-    """Run weights back from observation weights (every observation of a run shares one)."""
-    out = np.zeros(fit.runs.n_runs)
-    out[np.asarray(fit.runs.obs_run)] = obs_weights
+            out.append(nuts_refit(fit, priors, w > 0, budget, config, seed))
     return out
 
 
@@ -513,7 +506,8 @@ def _verdict(
 
 
 def _reference(fit: Fit, budget: float) -> dict[str, Any]:
-    """The original fit's r* and extrapolated-loss 90% intervals (NUTS fits)."""
+    """Median and 90% interval of the per-draw r* and extrapolated loss of a NUTS fit (empty
+    for fits with fewer than 20 draws): the original fit's reference, and NUTS refits."""
     from climb_bayes.plots import rstar_draws, subsample_law
 
     if fit.n_draws < 20:
@@ -619,13 +613,13 @@ def run_robustness(
     groups: list[tuple[str, Priors, list[tuple[str, np.ndarray]]]] = []
     base_priors = fit.priors
     extra: dict[str, dict[str, Any]] = {s: {} for s in studies}
-    base_variants = [("all data", _obs_weights(fit, ones))]
+    base_variants = [("all data", ones)]
     if "budget" in studies:
         keep = runs.run_budgets < np.max(runs.run_budgets)
         if keep.sum() == 0:
             extra["budget"]["note"] = "only one budget: nothing to leave out"
         else:
-            base_variants.append(("without the largest budget", _obs_weights(fit, keep)))
+            base_variants.append(("without the largest budget", keep.astype(float)))
     if "influence" in studies:
         if fit.n_draws >= 20:
             k, elpd = run_pareto_k(fit)
@@ -638,18 +632,18 @@ def run_robustness(
             for i in order:
                 w = ones.copy()
                 w[i] = 0
-                base_variants.append((f"without {runs.run_ids[i]}", _obs_weights(fit, w)))
+                base_variants.append((f"without {runs.run_ids[i]}", w))
         else:
             extra["influence"]["method"] = "exact leave-one-run-out (point fit)"
             for i in range(n_runs):
                 w = ones.copy()
                 w[i] = 0
-                base_variants.append((f"without {runs.run_ids[i]}", _obs_weights(fit, w)))
+                base_variants.append((f"without {runs.run_ids[i]}", w))
     if "bootstrap" in studies:
         rng = np.random.default_rng(seed)
         for b in range(n_boot):
             counts = np.bincount(rng.integers(0, n_runs, n_runs), minlength=n_runs)
-            base_variants.append((f"bootstrap {b}", _obs_weights(fit, counts)))
+            base_variants.append((f"bootstrap {b}", counts.astype(float)))
     groups.append(("base", base_priors, base_variants))
     if "prior" in studies:
         for name, make in (prior_sets or ALTERNATIVE_PRIORS).items():
@@ -696,7 +690,7 @@ def run_robustness(
                     {
                         "fit_path": str(fit_path),
                         "priors": p,
-                        "weights": [w for _n, w in v],
+                        "weights": [_obs_weights(fit, w) for _n, w in v],
                         "budget": budget,
                     },
                 )
@@ -707,7 +701,7 @@ def run_robustness(
                 log(f"[{done}/{len(groups)}] {g} ({time.perf_counter() - t0:.0f} s)")
     else:
         for done, (g, p, v) in enumerate(groups, 1):
-            results[g] = _refit_group(fit, p, [w for _n, w in v], budget)
+            results[g] = _refit_group(fit, p, [_obs_weights(fit, w) for _n, w in v], budget)
             log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
 
     # 3. Compare with the all-data refit.
