@@ -99,7 +99,7 @@ def main() -> None:
         "--blocks",
         choices=["auto", "joint", "language"],
         default="auto",
-        help="joint NUTS or one block per target language (auto: blocks from 12 languages)",
+        help="joint NUTS or one block per target language (auto: blocks from 8 languages)",
     )
     ap.add_argument("--repeat", action="store_true", help="second run to separate compile time")
     args = ap.parse_args()

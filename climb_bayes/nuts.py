@@ -46,6 +46,8 @@ __all__ = [
     "nuts_mcmc",
     "prior_centre",
     "chain_inits",
+    "POSITIVE_SITES",
+    "from_unconstrained",
 ]
 
 INITS = ("prior-centre", "median", "prior", "map")
@@ -241,7 +243,15 @@ def nuts_mcmc(
     )
 
 
+POSITIVE_SITES = frozenset({"eta", "sigma", "tau_b"})
+"""Latent sites NUTS moves on the log scale (NumPyro's default transform); the rest are real."""
+
+
 def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
     """Map positive sites to the log scale NUTS works on (NumPyro's default transforms)."""
-    positive = {"eta", "sigma", "tau_b"}
-    return {k: jnp.log(v) if k in positive else jnp.asarray(v) for k, v in values.items()}
+    return {k: jnp.log(v) if k in POSITIVE_SITES else jnp.asarray(v) for k, v in values.items()}
+
+
+def from_unconstrained(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inverse of the sampler's transforms: latent values from NUTS's coordinates."""
+    return {k: np.exp(v) if k in POSITIVE_SITES else np.asarray(v) for k, v in values.items()}

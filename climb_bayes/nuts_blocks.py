@@ -32,12 +32,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.infer import NUTS, Predictive
+from numpyro.infer.hmc import hmc
+from numpyro.infer.util import initialize_model
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import ModelData, climb_model, latent_sites, pair_indices
-from climb_bayes.nuts import EXTRA_FIELDS, NutsConfig, chain_inits, nuts_mcmc
+from climb_bayes.nuts import EXTRA_FIELDS, NutsConfig, chain_inits, from_unconstrained
 from climb_bayes.priors import Priors
 
 __all__ = [
@@ -45,10 +48,12 @@ __all__ = [
     "use_language_blocks",
     "language_blocks",
     "BlockedPosterior",
+    "EXPLORE_TREE_DEPTH",
+    "warmup_stages",
     "run_blocked_nuts",
 ]
 
-BLOCK_MIN_LANGUAGES = 12
+BLOCK_MIN_LANGUAGES = 8
 """``blocks="auto"`` samples per language from this many languages up (measured crossover,
 ``docs/performance.md``)."""
 
@@ -83,21 +88,31 @@ def use_language_blocks(config: NutsConfig, priors: Priors, n_languages: int) ->
 def language_blocks(data: ModelData) -> list[ModelData]:
     """One :class:`ModelData` per target language, its target moved to column 0.
 
-    Observations are padded to a common length (``obs_mask`` marks the real ones) so that every
-    block has the same shapes and NUTS compiles once.
+    A block keeps only the evaluation points its target language is observed at (the law is
+    evaluated at no other point). Points and observations are padded to common lengths
+    (``obs_mask`` marks the real observations; padded points have no share and budget 1) so
+    that every block has the same shapes and NUTS compiles once.
     """
     m = data.point_r.shape[-1]
     counts = np.bincount(data.obs_language, minlength=m)
     n_max = int(counts.max())
+    observed = [np.unique(data.obs_point[data.obs_language == i]) for i in range(m)]
+    p_max = max(p.size for p in observed)
     blocks = []
     for i in range(m):
         order = [i] + [j for j in range(m) if j != i]
+        points = observed[i]
         sel = np.flatnonzero(data.obs_language == i)
-        pad = n_max - sel.size
+        pad, pad_points = n_max - sel.size, p_max - points.size
         blocks.append(
             data._replace(
-                point_r=np.ascontiguousarray(data.point_r[:, order]),
-                obs_point=np.concatenate([data.obs_point[sel], np.zeros(pad, np.int32)]),
+                point_r=np.concatenate(
+                    [data.point_r[np.ix_(points, order)], np.zeros((pad_points, m))]
+                ),
+                point_d=np.concatenate([data.point_d[points], np.ones(pad_points)]),
+                obs_point=np.concatenate(
+                    [np.searchsorted(points, data.obs_point[sel]), np.zeros(pad, np.int64)]
+                ).astype(np.int32),
                 obs_language=np.zeros(n_max, np.int32),
                 obs_log_loss=np.concatenate([data.obs_log_loss[sel], np.zeros(pad)]),
                 obs_mask=np.arange(n_max) < sel.size,
@@ -155,6 +170,71 @@ class BlockedPosterior:
         return self if adapter is None else adapter(self)
 
 
+EXPLORE_TREE_DEPTH = 6
+"""Tree-depth cap of the first warm-up stage (before any metric is known)."""
+
+
+def warmup_stages(warmup: int) -> tuple[int, int, int]:
+    """Iterations of the three warm-up stages of a block (explore, metric, step size).
+
+    Thirds of ``warmup`` (at least one iteration each); the last two are equal so that they
+    share one compiled kernel.
+    """
+    later = max((warmup - warmup // 3) // 2, 1)
+    return max(warmup - 2 * later, 1), later, later
+
+
+def _pooled_metric(draws: dict[str, jax.Array], dense: bool) -> np.ndarray:
+    """Inverse mass matrix from the later two thirds of a stage's draws, pooled over chains.
+
+    Regularised towards ``1e-3 I`` as Stan does (weight 5 / (n + 5)).
+    """
+    flat = jax.vmap(jax.vmap(lambda z: ravel_pytree(z)[0]))(draws)  # (chains, draws, d)
+    x = np.asarray(flat)[:, flat.shape[1] // 3 :].reshape(-1, flat.shape[-1])
+    n = x.shape[0]
+    cov = np.atleast_2d(np.cov(x, rowvar=False))
+    cov = n / (n + 5.0) * cov + 1e-3 * 5.0 / (n + 5.0) * np.eye(cov.shape[0])
+    return cov if dense else np.diag(cov).copy()
+
+
+def _stage(potential_gen: Callable, iterations: int, depth: int, config: NutsConfig, adapt: bool):
+    """One NUTS stage over all chains of a block, compiled once for every block.
+
+    With ``adapt`` the step size is tuned by dual averaging for ``iterations`` (metric fixed);
+    without, the kernel is frozen and the draws are the posterior sample.
+    """
+    init_kernel, sample_kernel = hmc(potential_fn_gen=potential_gen, algo="NUTS")
+
+    def chain(key, z, block, inverse_mass, step_size):
+        state = init_kernel(
+            z,
+            num_warmup=iterations if adapt else 0,
+            step_size=step_size,
+            inverse_mass_matrix=inverse_mass,
+            adapt_step_size=adapt,
+            adapt_mass_matrix=False,
+            dense_mass=inverse_mass.ndim == 2,
+            target_accept_prob=config.target_accept,
+            max_tree_depth=depth,
+            find_heuristic_step_size=adapt,
+            model_args=(block,),
+            rng_key=key,
+        )
+
+        def step(state, _):
+            state = sample_kernel(state, model_args=(block,))
+            stats = (state.diverging, state.num_steps, state.energy, state.accept_prob)
+            return state, (state.z, stats)
+
+        state, (draws, stats) = jax.lax.scan(step, state, None, length=iterations)
+        return state.z, state.adapt_state.step_size, draws, stats
+
+    in_axes = (0, 0, None, None, 0)
+    if jax.local_device_count() >= config.chains:
+        return jax.pmap(chain, in_axes=in_axes)
+    return jax.jit(jax.vmap(chain, in_axes=in_axes))
+
+
 def run_blocked_nuts(
     key: jax.Array,
     data: ModelData,
@@ -163,6 +243,22 @@ def run_blocked_nuts(
     log: Callable[[str], None] | None = None,
 ) -> BlockedPosterior:
     """Run NUTS separately on each target language's block and assemble the joint posterior.
+
+    Every block is sampled by the same compiled kernels (padded shapes), chains in parallel
+    over host devices. Warm-up runs in three stages per block (thirds of ``config.warmup``,
+    :func:`warmup_stages`):
+
+    1. *explore*: from the prior-centre starts, unit metric, tree depth capped at
+       :data:`EXPLORE_TREE_DEPTH`, step size tuned: the chains reach the typical set without
+       the 1000-step trajectories a unit metric costs there;
+    2. *metric*: step size tuned under the metric estimated from stage 1; the
+       covariance of its later draws, pooled over the chains, becomes the final metric;
+    3. *step size*: step size tuned under the final metric.
+
+    Then ``draws_per_chain`` draws with the kernel frozen. Compared with Stan's windowed
+    adaptation (NumPyro's default) this spends no iterations on a 35-dimensional dense metric
+    estimated from 25 draws, and pooling the chains quadruples the draws behind the metric;
+    measured in ``docs/performance.md``.
 
     Parameters
     ----------
@@ -185,21 +281,39 @@ def run_blocked_nuts(
         raise ClimbError("hierarchical transfer couples the languages: use --blocks joint.")
     m = data.point_r.shape[-1]
     blocks = language_blocks(data)
-    # Same shapes in every block (padded observations): compiled once.
     model = functools.partial(climb_model, priors=priors)
-    mcmc = nuts_mcmc(model, config, jit_model_args=True)
+    info = initialize_model(
+        jax.random.PRNGKey(0), model, model_args=(blocks[0],), dynamic_args=True
+    )
+    explore, metric, _ = warmup_stages(config.warmup)  # the last two are equal
+    depth = config.max_tree_depth
+    adapt = _stage(info.potential_fn, metric, depth, config, True)  # stages 2 and 3
+    stages = [
+        _stage(info.potential_fn, explore, min(EXPLORE_TREE_DEPTH, depth), config, True),
+        adapt,
+        adapt,
+        _stage(info.potential_fn, config.draws_per_chain, depth, config, False),
+    ]
     names = latent_sites(priors)
     latent = {n: [] for n in names}
     extra = {n: [] for n in EXTRA_FIELDS}
     for i, block in enumerate(blocks):
         block_key = jax.random.fold_in(key, i)
         init_key, run_key = jax.random.split(block_key)
-        inits = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
-        mcmc.run(run_key, block, init_params=inits, extra_fields=EXTRA_FIELDS)
-        draws = jax.device_get(mcmc.get_samples(group_by_chain=True))
+        z = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
+        keys = jax.random.split(run_key, 4 * config.chains).reshape(4, config.chains, -1)
+        d = ravel_pytree(jax.tree.map(lambda v: v[0], z))[0].size
+        inverse_mass = np.eye(d) if config.dense_mass else np.ones(d)
+        step_size = jnp.ones(config.chains)
+        for k, stage in enumerate(stages[:3]):
+            z, step_size, draws, _ = stage(keys[k], z, block, inverse_mass, step_size)
+            if k < 2:
+                inverse_mass = _pooled_metric(draws, config.dense_mass)
+        _, _, draws, stats = stages[3](keys[3], z, block, inverse_mass, step_size)
+        values = from_unconstrained(jax.device_get(draws))
         for n in names:
-            latent[n].append(np.asarray(draws[n]))
-        fields = jax.device_get(mcmc.get_extra_fields(group_by_chain=True))
+            latent[n].append(np.asarray(values[n]))
+        fields = dict(zip(EXTRA_FIELDS, jax.device_get(stats), strict=True))
         for n in EXTRA_FIELDS:
             extra[n].append(np.asarray(fields[n]))
         if log is not None:

@@ -12,7 +12,12 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.fitting import fit_runs
 from climb_bayes.model import climb_model, draw_prior, latent_sites, model_data, pair_indices
 from climb_bayes.nuts import NutsConfig
-from climb_bayes.nuts_blocks import language_blocks, use_language_blocks
+from climb_bayes.nuts_blocks import (
+    _pooled_metric,
+    language_blocks,
+    use_language_blocks,
+    warmup_stages,
+)
 from climb_bayes.priors import Priors
 from climb_bayes.runs import runs_from_frame
 from climb_bayes.simulate import example_params, simulate_runs
@@ -33,13 +38,21 @@ def test_blocks_hold_each_language_once(runs3):
     assert len(blocks) == m
     for i, block in enumerate(blocks):
         assert block.n_targets == 1
-        np.testing.assert_array_equal(block.point_r[:, 0], data.point_r[:, i])
         real = block.obs_mask
-        assert real.sum() == (data.obs_language == i).sum()
+        sel = data.obs_language == i
+        assert real.sum() == sel.sum()
+        np.testing.assert_array_equal(block.obs_log_loss[real], data.obs_log_loss[sel])
+        # Each observation sees the same shares (target first) and budget as in the joint data.
+        order = [i] + [j for j in range(m) if j != i]
         np.testing.assert_array_equal(
-            block.obs_log_loss[real], data.obs_log_loss[data.obs_language == i]
+            block.point_r[block.obs_point[real]], data.point_r[data.obs_point[sel]][:, order]
         )
-    assert len({b.obs_log_loss.shape for b in blocks}) == 1  # padded to one shape
+        np.testing.assert_array_equal(
+            block.point_d[block.obs_point[real]], data.point_d[data.obs_point[sel]]
+        )
+        # Only the points the target is observed at are kept (mono runs of others dropped).
+        assert block.point_r.shape[0] < data.point_r.shape[0]
+    assert len({(b.obs_log_loss.shape, b.point_r.shape) for b in blocks}) == 1  # one shape
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -77,6 +90,29 @@ def test_auto_picks_blocks_only_when_the_posterior_factorises():
         )
     with pytest.raises(ClimbError, match="--blocks must be one of"):
         NutsConfig(blocks="pairs").check()
+
+
+@pytest.mark.parametrize("warmup", [1, 2, 3, 9, 100, 1000, 1001])
+def test_warmup_stages_split_the_warmup(warmup):
+    stages = warmup_stages(warmup)
+    assert min(stages) >= 1
+    assert sum(stages) == max(warmup, 3)
+    assert stages[1] == stages[2]  # one compiled kernel for both
+    assert max(stages) - min(stages) <= 1 or warmup < 3
+
+
+def test_pooled_metric_recovers_the_covariance_of_the_later_draws():
+    import jax
+
+    rng = np.random.default_rng(0)
+    cov = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, -0.3], [0.0, -0.3, 0.5]])
+    chains, draws = 4, 3000
+    x = rng.multivariate_normal([1.0, -2.0, 0.0], cov, size=(chains, draws))
+    x[:, : draws // 3] += 50.0  # the first third (still moving) must be ignored
+    z = {"a": jax.numpy.asarray(x[..., :1]), "b": jax.numpy.asarray(x[..., 1:])}
+    dense = _pooled_metric(z, dense=True)
+    np.testing.assert_allclose(dense, cov, atol=0.08)
+    np.testing.assert_allclose(_pooled_metric(z, dense=False), np.diag(dense))
 
 
 def test_blocked_fit_matches_the_joint_fit():

@@ -56,7 +56,7 @@ def _echo(msg: str) -> None:
     default="auto",
     show_default=True,
     help="NUTS on the joint posterior, or one target language at a time (exact: the "
-    "posterior factorises without hierarchical transfer). auto: per language from 12 "
+    "posterior factorises without hierarchical transfer). auto: per language from 8 "
     "languages up.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
