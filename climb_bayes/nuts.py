@@ -44,6 +44,7 @@ __all__ = [
     "NutsConfig",
     "run_nuts",
     "nuts_mcmc",
+    "resolve_chain_method",
     "prior_centre",
     "chain_inits",
     "POSITIVE_SITES",
@@ -209,11 +210,18 @@ def run_nuts(
     return mcmc
 
 
+def resolve_chain_method(chains: int, requested: str = "auto") -> str:
+    """NumPyro's ``chain_method``: ``"auto"`` is parallel when there is a host device per chain
+    (see :mod:`climb_bayes`), else vectorised; any other value is returned as given."""
+    if requested != "auto":
+        return requested
+    return "parallel" if jax.local_device_count() >= chains else "vectorized"
+
+
 def nuts_mcmc(
     model: Callable[..., None],
     config: NutsConfig,
     init_strategy: Callable[..., Any] = init_to_uniform,
-    jit_model_args: bool = False,
 ) -> MCMC:
     """NumPyro ``MCMC`` with a NUTS kernel on ``model``, configured by ``config``.
 
@@ -221,9 +229,7 @@ def nuts_mcmc(
     :mod:`climb_bayes`), else vectorised; the progress bar shows only on a terminal unless
     ``config.progress_bar`` says otherwise.
     """
-    chain_method = config.chain_method
-    if chain_method == "auto":
-        chain_method = "parallel" if jax.local_device_count() >= config.chains else "vectorized"
+    chain_method = resolve_chain_method(config.chains, config.chain_method)
     progress = sys.stderr.isatty() if config.progress_bar is None else config.progress_bar
     kernel = NUTS(
         model,
@@ -239,7 +245,6 @@ def nuts_mcmc(
         num_chains=config.chains,
         chain_method=chain_method,
         progress_bar=progress,
-        jit_model_args=jit_model_args,
     )
 
 

@@ -40,7 +40,13 @@ from numpyro.infer.util import initialize_model
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import ModelData, climb_model, latent_sites, pair_indices
-from climb_bayes.nuts import EXTRA_FIELDS, NutsConfig, chain_inits, from_unconstrained
+from climb_bayes.nuts import (
+    EXTRA_FIELDS,
+    NutsConfig,
+    chain_inits,
+    from_unconstrained,
+    resolve_chain_method,
+)
 from climb_bayes.priors import Priors
 
 __all__ = [
@@ -230,7 +236,7 @@ def _stage(potential_gen: Callable, iterations: int, depth: int, config: NutsCon
         return state.z, state.adapt_state.step_size, draws, stats
 
     in_axes = (0, 0, None, None, 0)
-    if jax.local_device_count() >= config.chains:
+    if resolve_chain_method(config.chains, config.chain_method) == "parallel":
         return jax.pmap(chain, in_axes=in_axes)
     return jax.jit(jax.vmap(chain, in_axes=in_axes))
 
@@ -288,12 +294,13 @@ def run_blocked_nuts(
     explore, metric, _ = warmup_stages(config.warmup)  # the last two are equal
     depth = config.max_tree_depth
     adapt = _stage(info.potential_fn, metric, depth, config, True)  # stages 2 and 3
-    stages = [
+    warmup = (
         _stage(info.potential_fn, explore, min(EXPLORE_TREE_DEPTH, depth), config, True),
         adapt,
         adapt,
-        _stage(info.potential_fn, config.draws_per_chain, depth, config, False),
-    ]
+    )
+    sample = _stage(info.potential_fn, config.draws_per_chain, depth, config, False)
+    d = ravel_pytree(info.param_info.z)[0].size
     names = latent_sites(priors)
     latent = {n: [] for n in names}
     extra = {n: [] for n in EXTRA_FIELDS}
@@ -302,14 +309,13 @@ def run_blocked_nuts(
         init_key, run_key = jax.random.split(block_key)
         z = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
         keys = jax.random.split(run_key, 4 * config.chains).reshape(4, config.chains, -1)
-        d = ravel_pytree(jax.tree.map(lambda v: v[0], z))[0].size
         inverse_mass = np.eye(d) if config.dense_mass else np.ones(d)
         step_size = jnp.ones(config.chains)
-        for k, stage in enumerate(stages[:3]):
+        for k, stage in enumerate(warmup):
             z, step_size, draws, _ = stage(keys[k], z, block, inverse_mass, step_size)
-            if k < 2:
+            if k < len(warmup) - 1:  # the metric of the next stage
                 inverse_mass = _pooled_metric(draws, config.dense_mass)
-        _, _, draws, stats = stages[3](keys[3], z, block, inverse_mass, step_size)
+        _, _, draws, stats = sample(keys[3], z, block, inverse_mass, step_size)
         values = from_unconstrained(jax.device_get(draws))
         for n in names:
             latent[n].append(np.asarray(values[n]))

@@ -44,6 +44,7 @@ import numpy as np
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import reference_budget
+from climb_bayes.nuts import resolve_chain_method
 from climb_bayes.point_fit import HUBER_DELTA, huber, mad_sigma, multistart_lbfgs
 from climb_bayes.priors import Priors
 from climb_bayes.runs import RunsData
@@ -683,13 +684,12 @@ def fit_nuts(
         model, init_strategy=init_to_value(values=start), target_accept_prob=options.target_accept
     )
     chains = max(options.chains, 1)
-    method = "parallel" if jax.local_device_count() >= chains else "vectorized"
     mcmc = MCMC(
         kernel,
         num_warmup=options.warmup,
         num_samples=-(-options.samples // chains),
         num_chains=chains,
-        chain_method=method,
+        chain_method=resolve_chain_method(chains),
         progress_bar=False,
     )
     t0 = time.perf_counter()
