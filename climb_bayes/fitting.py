@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
+import numpyro.handlers
 import numpyro.infer
 
 from climb_bayes import __version__
@@ -76,10 +77,27 @@ _CONST_DIMS = {
 def _posterior_predictive(
     key: jax.Array, data: ModelData, priors: Priors, samples: dict[str, np.ndarray]
 ) -> np.ndarray:
-    pred = numpyro.infer.Predictive(
-        climb_model, posterior_samples=samples, return_sites=["log_loss"]
-    )
-    return np.asarray(pred(key, data, priors, observed=False)["log_loss"])
+    """Replicated ``log_loss`` for every posterior draw, ``(draws, obs)``.
+
+    The likelihood's location and scale come from one vectorised pass of the model; the
+    noise (Student-t or Normal) is drawn by NumPy, seeded from ``key``: JAX's Student-t
+    sampler took 10 s on CPU for 2000 x 4224 values, NumPy 0.6 s (measured on 2 cores).
+    """
+
+    def location_scale(sample: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        model = numpyro.handlers.substitute(numpyro.handlers.seed(climb_model, 0), sample)
+        fn = numpyro.handlers.trace(model).get_trace(data, priors)["log_loss"]["fn"]
+        while hasattr(fn, "base_dist"):  # masked / expanded wrappers
+            fn = fn.base_dist
+        return fn.loc, fn.scale
+
+    loc, scale = (np.asarray(x) for x in jax.jit(jax.vmap(location_scale))(samples))
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)))
+    if priors.likelihood == "normal":
+        noise = rng.standard_normal(loc.shape)
+    else:
+        noise = rng.standard_t(priors.student_df, loc.shape)
+    return loc + scale * noise
 
 
 def _map_tree(
@@ -224,6 +242,10 @@ def fit_runs(
         attrs["diagnostics"] = diag.to_json()
         attrs["sampling_seconds"] = float(elapsed)
         attrs["nuts_config"] = json.dumps(config._asdict() | {"blocks_used": blocked})
+        if blocked:  # iterations per kept draw of each language's block
+            attrs["block_thinning"] = json.dumps(
+                dict(zip(runs.languages, mcmc.block_thinning, strict=True))
+            )
     tree.attrs.update(attrs)
     return Fit(tree)
 

@@ -12,8 +12,9 @@ with the step size and trajectory length of the hardest one (measured in
 
 The draws of the blocks are put side by side per chain and draw, which is a valid joint chain
 because the blocks are independent. Per-draw sampler statistics are combined as: divergent if
-any block diverged, ``num_steps`` of the deepest block (so tree-depth checks stay meaningful)
-with the total over blocks in ``n_steps_total``, the sum of the blocks' energies (the energy
+any block diverged (in any iteration, thinned-out ones included), ``num_steps`` of the deepest
+block (so tree-depth checks stay meaningful) with the total over blocks and iterations in
+``n_steps_total``, the sum of the blocks' energies (the energy
 of the product system) and the mean acceptance probability.
 
 References
@@ -32,11 +33,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from numpyro import handlers
-from numpyro.infer import NUTS, Predictive
-from numpyro.infer.hmc import hmc
-from numpyro.infer.util import initialize_model
+from numpyro.diagnostics import effective_sample_size
+from numpyro.infer import NUTS
+from numpyro.infer.hmc import momentum_generator
+from numpyro.infer.hmc_util import (
+    IntegratorState,
+    build_tree,
+    dual_averaging,
+    euclidean_kinetic_energy,
+    find_reasonable_step_size,
+    velocity_verlet,
+)
+from numpyro.infer.util import potential_energy
 
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import ModelData, climb_model, latent_sites, pair_indices
@@ -55,7 +64,13 @@ __all__ = [
     "language_blocks",
     "BlockedPosterior",
     "EXPLORE_TREE_DEPTH",
-    "warmup_stages",
+    "CHUNK",
+    "WARMUP_WINDOWS",
+    "METRIC_SHRINKAGE",
+    "warmup_windows",
+    "TARGET_ESS_PER_DRAW",
+    "MAX_THIN",
+    "block_thinning",
     "run_blocked_nuts",
 ]
 
@@ -64,6 +79,10 @@ BLOCK_MIN_LANGUAGES = 8
 ``docs/performance.md``)."""
 
 _PAIR_SITES = ("b_saturated", "kappa_saturated")
+
+METRIC_SHRINKAGE = 1.0
+"""Scale of the identity the pooled correlation matrix is shrunk towards (measured on 16
+languages: 1e-3, Stan's scale for covariances, gave 197 divergences, 1e-1 six, 1.0 none)."""
 
 
 def use_language_blocks(config: NutsConfig, priors: Priors, n_languages: int) -> bool:
@@ -150,6 +169,7 @@ class BlockedPosterior:
         self._args = (data, priors)
         self._kwargs: dict[str, Any] = {}
         self.sampler = NUTS(climb_model, max_tree_depth=max_tree_depth)
+        self.block_thinning: list[int] = []  # iterations per kept draw, per block
 
     @staticmethod
     def _flatten(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -177,68 +197,244 @@ class BlockedPosterior:
 
 
 EXPLORE_TREE_DEPTH = 6
-"""Tree-depth cap of the first warm-up stage (before any metric is known)."""
+"""Tree-depth cap of the first warm-up window (before any metric is known)."""
+
+CHUNK = 50
+"""NUTS iterations per call of the compiled kernel; warm-up and draws are whole chunks."""
+
+WARMUP_WINDOWS = 5
+"""Warm-up windows per block: explore, three metric windows, step size (see
+:func:`warmup_windows`)."""
 
 
-def warmup_stages(warmup: int) -> tuple[int, int, int]:
-    """Iterations of the three warm-up stages of a block (explore, metric, step size).
+def warmup_windows(warmup: int) -> list[int]:
+    """Chunks of :data:`CHUNK` iterations in each warm-up window of a block.
 
-    Thirds of ``warmup`` (at least one iteration each); the last two are equal so that they
-    share one compiled kernel.
+    ``ceil(warmup / CHUNK)`` chunks (at least one) split as evenly as possible into up to
+    :data:`WARMUP_WINDOWS` windows, earlier windows taking the remainder. Warm-up is thereby
+    rounded up to a multiple of :data:`CHUNK` iterations.
     """
-    later = max((warmup - warmup // 3) // 2, 1)
-    return max(warmup - 2 * later, 1), later, later
+    n = max(-(-warmup // CHUNK), 1)
+    k = min(WARMUP_WINDOWS, n)
+    return [n // k + (j < n % k) for j in range(k)]
 
 
 def _pooled_metric(draws: dict[str, jax.Array], dense: bool) -> np.ndarray:
-    """Inverse mass matrix from the later two thirds of a stage's draws, pooled over chains.
+    """Inverse mass matrix from the later half of a window's draws, pooled over chains.
 
-    Regularised towards ``1e-3 I`` as Stan does (weight 5 / (n + 5)).
+    The *correlation* matrix is shrunk towards the identity with Stan's weight ``5 / (n + 5)``
+    (scale :data:`METRIC_SHRINKAGE`); the variances are kept. Stan shrinks the covariance
+    towards ``1e-3 I``, which for transfer parameters of posterior sd ~0.003 (16-language
+    blocks) inflates their thin directions up to 40-fold and forces a small step size.
     """
-    flat = jax.vmap(jax.vmap(lambda z: ravel_pytree(z)[0]))(draws)  # (chains, draws, d)
-    x = np.asarray(flat)[:, flat.shape[1] // 3 :].reshape(-1, flat.shape[-1])
+    leaves = [np.asarray(v) for v in jax.tree.leaves(draws)]  # ravel_pytree's order
+    chains, n_draws = leaves[0].shape[:2]
+    flat = np.concatenate([v.reshape(chains, n_draws, -1) for v in leaves], axis=-1)
+    x = flat[:, n_draws // 2 :].reshape(-1, flat.shape[-1])
     n = x.shape[0]
     cov = np.atleast_2d(np.cov(x, rowvar=False))
-    cov = n / (n + 5.0) * cov + 1e-3 * 5.0 / (n + 5.0) * np.eye(cov.shape[0])
+    sd = np.sqrt(np.maximum(np.diag(cov), 1e-300))
+    corr = cov / np.outer(sd, sd)
+    corr = n / (n + 5.0) * corr + METRIC_SHRINKAGE * 5.0 / (n + 5.0) * np.eye(corr.shape[0])
+    cov = corr * np.outer(sd, sd)
     return cov if dense else np.diag(cov).copy()
 
 
-def _stage(potential_gen: Callable, iterations: int, depth: int, config: NutsConfig, adapt: bool):
-    """One NUTS stage over all chains of a block, compiled once for every block.
+def _single_precision() -> Any:
+    """Context in which JAX computes in float32 although the package enables float64.
 
-    With ``adapt`` the step size is tuned by dual averaging for ``iterations`` (metric fixed);
-    without, the kernel is frozen and the draws are the posterior sample.
+    The block kernel runs in single precision, NumPyro's default: 1.6x faster than double
+    on 16-language blocks (docs/performance.md). Shares, budgets in reference units and
+    log-losses are O(1) there and the noise sd (~0.01) is far above float32 resolution;
+    summaries after sampling are computed in double.
     """
-    init_kernel, sample_kernel = hmc(potential_fn_gen=potential_gen, algo="NUTS")
+    state = getattr(jax, "enable_x64", None)
+    if state is not None:
+        return state(False)
+    from jax.experimental import disable_x64  # JAX < 0.7
 
-    def chain(key, z, block, inverse_mass, step_size):
-        state = init_kernel(
-            z,
-            num_warmup=iterations if adapt else 0,
-            step_size=step_size,
-            inverse_mass_matrix=inverse_mass,
-            adapt_step_size=adapt,
-            adapt_mass_matrix=False,
-            dense_mass=inverse_mass.ndim == 2,
-            target_accept_prob=config.target_accept,
-            max_tree_depth=depth,
-            find_heuristic_step_size=adapt,
-            model_args=(block,),
-            rng_key=key,
-        )
+    return disable_x64()
 
-        def step(state, _):
-            state = sample_kernel(state, model_args=(block,))
-            stats = (state.diverging, state.num_steps, state.energy, state.accept_prob)
-            return state, (state.z, stats)
 
-        state, (draws, stats) = jax.lax.scan(step, state, None, length=iterations)
-        return state.z, state.adapt_state.step_size, draws, stats
+def _as_double(x: np.ndarray) -> np.ndarray:
+    """Float arrays from the single-precision kernel as float64 (others unchanged)."""
+    return x.astype(np.float64) if np.issubdtype(x.dtype, np.floating) else x
 
-    in_axes = (0, 0, None, None, 0)
+
+def _block_potential(priors: Priors, block: ModelData) -> Callable:
+    """Potential energy of a block in NumPyro's unconstrained coordinates (no compilation
+    here, unlike :func:`numpyro.infer.util.initialize_model`)."""
+    model = functools.partial(climb_model, priors=priors)
+    return functools.partial(potential_energy, model, (block,), {})
+
+
+def _mass_sqrt(inverse_mass: np.ndarray) -> np.ndarray:
+    """Square root ``L`` of the mass matrix (``L L^T = M``), as NumPyro's momentum needs."""
+    if inverse_mass.ndim == 1:
+        return 1.0 / np.sqrt(inverse_mass)
+    mass = np.linalg.inv(inverse_mass)
+    return np.linalg.cholesky((mass + mass.T) / 2.0)
+
+
+def _chunk_kernel(potential_gen: Callable, config: NutsConfig) -> Callable:
+    """:data:`CHUNK` NUTS iterations for every chain of a block, compiled once for all blocks.
+
+    Arguments ``(keys, z, step_size, averaging, inverse_mass, mass_sqrt, restart, adapt,
+    depth, block)``: with ``restart`` the step size is first re-tuned by NumPyro's heuristic
+    and dual averaging starts afresh; with ``adapt`` dual averaging updates the step size
+    after every iteration; ``depth`` caps the tree depth (at most ``config.max_tree_depth``).
+    Returns the last position, step size and averaging state, the draws and the per-draw
+    statistics (:data:`~climb_bayes.nuts.EXTRA_FIELDS`).
+    """
+    da_init, da_update = dual_averaging()
+    kinetic = euclidean_kinetic_energy
+    target = config.target_accept
+
+    def chain(key, z, step_size, averaging, inverse_mass, mass_sqrt, restart, adapt, depth, block):
+        potential = potential_gen(block)
+        _, verlet = velocity_verlet(potential, kinetic)
+        energy, grad = jax.value_and_grad(potential)(z)
+        key, key_heuristic = jax.random.split(key)
+        momentum = lambda z, _, k: momentum_generator(z, mass_sqrt, k)  # noqa: E731
+        heuristic = find_reasonable_step_size(
+            potential, kinetic, momentum, step_size, inverse_mass, (z, None, energy, grad),
+            key_heuristic,
+        )  # fmt: skip
+        step_size = jnp.where(restart, heuristic, step_size)
+        fresh = da_init(jnp.log(10.0 * step_size))
+        averaging = jax.tree.map(lambda a, b: jnp.where(restart, a, b), fresh, averaging)
+
+        def step(carry, key):
+            z, energy, grad, step_size, averaging = carry
+            key_momentum, key_tree = jax.random.split(key)
+            r = momentum_generator(z, mass_sqrt, key_momentum)
+            tree = build_tree(
+                verlet, kinetic, IntegratorState(z, r, energy, grad), inverse_mass, step_size,
+                key_tree, max_tree_depth=(depth, config.max_tree_depth),
+            )  # fmt: skip
+            accept = tree.sum_accept_probs / tree.num_proposals
+            updated = da_update(target - accept, averaging)
+            averaging = jax.tree.map(lambda a, b: jnp.where(adapt, a, b), updated, averaging)
+            step_size = jnp.where(adapt, jnp.exp(averaging[0]), step_size)
+            z = tree.z_proposal
+            carry = (z, tree.z_proposal_pe, tree.z_proposal_grad, step_size, averaging)
+            stats = (tree.diverging, tree.num_proposals, tree.z_proposal_energy, accept)
+            return carry, (z, stats)
+
+        init = (z, energy, grad, step_size, averaging)
+        carry, (draws, stats) = jax.lax.scan(step, init, jax.random.split(key, CHUNK))
+        return carry[0], carry[3], carry[4], draws, stats
+
+    in_axes = (0, 0, 0, 0) + (None,) * 6
     if resolve_chain_method(config.chains, config.chain_method) == "parallel":
         return jax.pmap(chain, in_axes=in_axes)
     return jax.jit(jax.vmap(chain, in_axes=in_axes))
+
+
+TARGET_ESS_PER_DRAW = 1.0
+"""Bulk ESS per kept draw a block aims for (see :func:`block_thinning`)."""
+
+MAX_THIN = 4
+"""Most iterations per kept draw in a block."""
+
+
+def _warm_up(run_chunk: Callable, z: Any, config: NutsConfig) -> tuple:
+    """The warm-up windows of one block (see :func:`run_blocked_nuts`).
+
+    Returns the last position, step size, dual-averaging state and inverse metric, and the
+    draws of the last window (the pilot for :func:`block_thinning`).
+    """
+    d = sum(np.size(v) // config.chains for v in jax.tree.leaves(z))
+    inverse_mass = np.eye(d) if config.dense_mass else np.ones(d)
+    step_size = jnp.ones(config.chains)
+    # NumPyro's dual-averaging state (x, x_avg, g_avg, t, prox_center), one per chain; every
+    # window starts it afresh (``restart``).
+    averaging = (*(jnp.zeros(config.chains),) * 3, jnp.zeros(config.chains, int))
+    averaging += (jnp.zeros(config.chains),)
+    windows = warmup_windows(config.warmup)
+    for w, n_chunks in enumerate(windows):
+        depth = config.max_tree_depth if w else min(EXPLORE_TREE_DEPTH, config.max_tree_depth)
+        window = []
+        for c in range(n_chunks):
+            z, step_size, averaging, draws, _ = run_chunk(
+                z, step_size, averaging, inverse_mass, c == 0, True, depth
+            )
+            window.append(jax.device_get(draws))
+        step_size = jnp.exp(averaging[1])  # the averaged iterate ends each window
+        window_draws = jax.tree.map(lambda *x: np.concatenate(x, axis=1), *window)
+        if w < len(windows) - 1:  # the metric of the next window
+            inverse_mass = _pooled_metric(window_draws, config.dense_mass)
+    return z, step_size, averaging, inverse_mass, window_draws
+
+
+def block_thinning(pilot: dict[str, np.ndarray]) -> int:
+    """Iterations per kept draw for a block, from the draws of its last warm-up window.
+
+    ``ceil(TARGET_ESS_PER_DRAW / e)`` clipped to ``1..MAX_THIN``, where ``e`` is the smallest
+    bulk ESS per draw over the block's coordinates in the pilot. Decided before the draws
+    are taken, so the kept chain is an ordinary (thinned) Markov chain. Rationale: a fit's
+    max R-hat is taken over ~70 quantities per block (~1,100 at 16 languages), and with
+    2000 draws it stays <= 1.01 only when every one has an ESS per draw near 1 (independent
+    AR(1) chains: ESS per draw 0.54 already gives a max R-hat of 1.009-1.012 over 544
+    quantities; 16-language fits with targets 0.5 / 0.75 / 1.0 had max R-hat above 1.01 in
+    3 / 1 / 0 of 3 seeds, docs/performance.md). The blocks whose ``eta`` the data barely
+    identify reach it only thinned.
+    """
+    ess = min(
+        float(np.min(effective_sample_size(np.asarray(v).reshape(v.shape[:2] + (-1,)))))
+        for v in pilot.values()
+    )
+    per_draw = ess / np.prod(next(iter(pilot.values())).shape[:2])
+    return int(np.clip(np.ceil(TARGET_ESS_PER_DRAW / max(per_draw, 1e-12)), 1, MAX_THIN))
+
+
+def _thinned_stats(stats: dict[str, np.ndarray], thin: int) -> dict[str, np.ndarray]:
+    """Per-kept-draw statistics over each group of ``thin`` iterations.
+
+    Divergent if any iteration of the group diverged (none is hidden by thinning), the most
+    leapfrog steps of one iteration (``num_steps``, for the tree-depth check) and their sum
+    (``steps_total``), energy of the kept iteration, mean acceptance.
+    """
+    group = {k: v.reshape(v.shape[0], -1, thin) for k, v in stats.items()}
+    return {
+        "diverging": group["diverging"].any(axis=-1),
+        "num_steps": group["num_steps"].max(axis=-1),
+        "steps_total": group["num_steps"].sum(axis=-1),
+        "energy": group["energy"][..., -1],
+        "accept_prob": group["accept_prob"].mean(axis=-1),
+    }
+
+
+def _sample_block(
+    kernel: Callable, block: ModelData, key: jax.Array, priors: Priors, config: NutsConfig
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """Warm up and sample one block: latent draws, per-draw statistics and the thinning."""
+    init_key, run_key = jax.random.split(key)
+    z = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
+    counter = iter(range(1 << 30))
+
+    def run_chunk(z, step_size, averaging, inverse_mass, restart, adapt, depth):
+        keys = jax.random.split(jax.random.fold_in(run_key, next(counter)), config.chains)
+        sqrt = _mass_sqrt(inverse_mass)
+        args = (z, step_size, averaging, inverse_mass, sqrt, restart, adapt, depth, block)
+        with _single_precision():  # traced, compiled and run in float32
+            return kernel(np.asarray(keys), *jax.tree.map(np.asarray, args))
+
+    z, step_size, averaging, inverse_mass, pilot = _warm_up(run_chunk, z, config)
+    thin = block_thinning(pilot)
+    n_iter = config.draws_per_chain * thin
+    parts = []
+    for _ in range(-(-n_iter // CHUNK)):
+        z, _, _, draws, stats = run_chunk(
+            z, step_size, averaging, inverse_mass, False, False, config.max_tree_depth
+        )
+        parts.append(jax.device_get((draws, stats)))
+    draws, stats = jax.tree.map(
+        lambda *x: _as_double(np.concatenate(x, axis=1)[:, :n_iter]), *parts
+    )
+    values = from_unconstrained(jax.tree.map(lambda x: x[:, thin - 1 :: thin], draws))
+    stats = _thinned_stats(dict(zip(EXTRA_FIELDS, stats, strict=True)), thin)
+    return {k: np.asarray(v) for k, v in values.items()}, stats, thin
 
 
 def run_blocked_nuts(
@@ -250,16 +446,16 @@ def run_blocked_nuts(
 ) -> BlockedPosterior:
     """Run NUTS separately on each target language's block and assemble the joint posterior.
 
-    Every block is sampled by the same compiled kernels (padded shapes), chains in parallel
-    over host devices. Warm-up runs in three stages per block (thirds of ``config.warmup``,
-    :func:`warmup_stages`):
+    One compiled kernel (:data:`CHUNK` iterations, padded block shapes) serves every block,
+    window and the draws; chains run in parallel over host devices. Warm-up runs in the
+    windows of :func:`warmup_windows` (fifths of ``config.warmup``):
 
     1. *explore*: from the prior-centre starts, unit metric, tree depth capped at
        :data:`EXPLORE_TREE_DEPTH`, step size tuned: the chains reach the typical set without
        the 1000-step trajectories a unit metric costs there;
-    2. *metric*: step size tuned under the metric estimated from stage 1; the
-       covariance of its later draws, pooled over the chains, becomes the final metric;
-    3. *step size*: step size tuned under the final metric.
+    2. three *metric* windows: each tunes the step size under the metric estimated from the
+       later half of the previous window, pooled over the chains (:func:`_pooled_metric`);
+    3. *step size*: tuned under the final metric.
 
     Then ``draws_per_chain`` draws with the kernel frozen. Compared with Stan's windowed
     adaptation (NumPyro's default) this spends no iterations on a 35-dimensional dense metric
@@ -287,45 +483,26 @@ def run_blocked_nuts(
         raise ClimbError("hierarchical transfer couples the languages: use --blocks joint.")
     m = data.point_r.shape[-1]
     blocks = language_blocks(data)
-    model = functools.partial(climb_model, priors=priors)
-    info = initialize_model(
-        jax.random.PRNGKey(0), model, model_args=(blocks[0],), dynamic_args=True
-    )
-    explore, metric, _ = warmup_stages(config.warmup)  # the last two are equal
-    depth = config.max_tree_depth
-    adapt = _stage(info.potential_fn, metric, depth, config, True)  # stages 2 and 3
-    warmup = (
-        _stage(info.potential_fn, explore, min(EXPLORE_TREE_DEPTH, depth), config, True),
-        adapt,
-        adapt,
-    )
-    sample = _stage(info.potential_fn, config.draws_per_chain, depth, config, False)
-    d = ravel_pytree(info.param_info.z)[0].size
+    kernel = _chunk_kernel(functools.partial(_block_potential, priors), config)
     names = latent_sites(priors)
     latent = {n: [] for n in names}
-    extra = {n: [] for n in EXTRA_FIELDS}
+    extra = {n: [] for n in (*EXTRA_FIELDS, "steps_total")}
+    thinning = []
     for i, block in enumerate(blocks):
         block_key = jax.random.fold_in(key, i)
-        init_key, run_key = jax.random.split(block_key)
-        z = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
-        keys = jax.random.split(run_key, 4 * config.chains).reshape(4, config.chains, -1)
-        inverse_mass = np.eye(d) if config.dense_mass else np.ones(d)
-        step_size = jnp.ones(config.chains)
-        for k, stage in enumerate(warmup):
-            z, step_size, draws, _ = stage(keys[k], z, block, inverse_mass, step_size)
-            if k < len(warmup) - 1:  # the metric of the next stage
-                inverse_mass = _pooled_metric(draws, config.dense_mass)
-        _, _, draws, stats = sample(keys[3], z, block, inverse_mass, step_size)
-        values = from_unconstrained(jax.device_get(draws))
+        values, stats, thin = _sample_block(kernel, block, block_key, priors, config)
         for n in names:
-            latent[n].append(np.asarray(values[n]))
-        fields = dict(zip(EXTRA_FIELDS, jax.device_get(stats), strict=True))
-        for n in EXTRA_FIELDS:
-            extra[n].append(np.asarray(fields[n]))
+            latent[n].append(values[n])
+        for n, value in stats.items():
+            extra[n].append(value)
+        thinning.append(thin)
         if log is not None:
-            steps = float(np.mean(fields["num_steps"]))
-            div = int(np.sum(fields["diverging"]))
-            log(f"  block {i + 1}/{m}: {steps:.0f} leapfrog steps per draw, {div} divergent")
+            steps = float(np.mean(stats["steps_total"]))
+            div = int(np.sum(stats["diverging"]))
+            log(
+                f"  block {i + 1}/{m}: {steps:.0f} leapfrog steps per draw, {div} divergent"
+                + (f", thinned by {thin}" if thin > 1 else "")
+            )
 
     _, target = pair_indices(m)
     joint = {}
@@ -338,22 +515,24 @@ def run_blocked_nuts(
             for i, part in enumerate(parts):
                 out[..., target == i] = part
             joint[n] = out
-    steps = np.stack(extra["num_steps"])
     combined = {
         "diverging": np.any(np.stack(extra["diverging"]), axis=0),
-        "num_steps": steps.max(axis=0),
-        "n_steps_total": steps.sum(axis=0),
+        "num_steps": np.stack(extra["num_steps"]).max(axis=0),
+        "n_steps_total": np.stack(extra["steps_total"]).sum(axis=0),
         "energy": np.sum(np.stack(extra["energy"]), axis=0),
         "accept_prob": np.mean(np.stack(extra["accept_prob"]), axis=0),
     }
     chains, draws = combined["diverging"].shape
     flat = {k: jnp.asarray(v.reshape((chains * draws,) + v.shape[2:])) for k, v in joint.items()}
-    one = handlers.substitute(climb_model, data={k: v[0] for k, v in flat.items()})
-    trace = handlers.trace(handlers.seed(one, 0)).get_trace(data, priors)
-    deterministic = [k for k, site in trace.items() if site["type"] == "deterministic"]
-    sites = Predictive(climb_model, posterior_samples=flat, return_sites=deterministic)(
-        jax.random.PRNGKey(0), data, priors
-    )
+
+    def deterministic(sample: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        model = handlers.substitute(handlers.seed(climb_model, 0), sample)
+        trace = handlers.trace(model).get_trace(data, priors)
+        return {k: site["value"] for k, site in trace.items() if site["type"] == "deterministic"}
+
+    sites = jax.jit(jax.vmap(deterministic))(flat)  # one vectorised pass over the draws
     samples = {k: np.asarray(v).reshape((chains, draws) + v.shape[1:]) for k, v in sites.items()}
     samples |= joint
-    return BlockedPosterior(samples, combined, data, priors, config.max_tree_depth)
+    posterior = BlockedPosterior(samples, combined, data, priors, config.max_tree_depth)
+    posterior.block_thinning = thinning
+    return posterior

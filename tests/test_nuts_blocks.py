@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from numpyro.diagnostics import effective_sample_size
@@ -13,10 +15,16 @@ from climb_bayes.fitting import fit_runs
 from climb_bayes.model import climb_model, draw_prior, latent_sites, model_data, pair_indices
 from climb_bayes.nuts import NutsConfig
 from climb_bayes.nuts_blocks import (
+    CHUNK,
+    MAX_THIN,
+    TARGET_ESS_PER_DRAW,
+    WARMUP_WINDOWS,
     _pooled_metric,
+    _thinned_stats,
+    block_thinning,
     language_blocks,
     use_language_blocks,
-    warmup_stages,
+    warmup_windows,
 )
 from climb_bayes.priors import Priors
 from climb_bayes.runs import runs_from_frame
@@ -92,27 +100,71 @@ def test_auto_picks_blocks_only_when_the_posterior_factorises():
         NutsConfig(blocks="pairs").check()
 
 
-@pytest.mark.parametrize("warmup", [1, 2, 3, 9, 100, 1000, 1001])
-def test_warmup_stages_split_the_warmup(warmup):
-    stages = warmup_stages(warmup)
-    assert min(stages) >= 1
-    assert sum(stages) == max(warmup, 3)
-    assert stages[1] == stages[2]  # one compiled kernel for both
-    assert max(stages) - min(stages) <= 1 or warmup < 3
+@pytest.mark.parametrize("warmup", [1, 25, 26, 60, 100, 500, 1000, 1001])
+def test_warmup_windows_split_the_warmup_into_whole_chunks(warmup):
+    windows = warmup_windows(warmup)
+    assert min(windows) >= 1
+    assert sum(windows) * CHUNK >= warmup > (sum(windows) - 1) * CHUNK  # rounded up, once
+    assert len(windows) == min(WARMUP_WINDOWS, sum(windows))
+    assert max(windows) - min(windows) <= 1
+    assert windows == sorted(windows, reverse=True)  # the explore window is never shorter
 
 
 def test_pooled_metric_recovers_the_covariance_of_the_later_draws():
     import jax
 
     rng = np.random.default_rng(0)
-    cov = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, -0.3], [0.0, -0.3, 0.5]])
+    sd = np.array([1.0, 0.003, 0.5])  # transfer-sized scales must not be swamped
+    corr = np.array([[1.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 1.0]])
+    cov = corr * np.outer(sd, sd)
     chains, draws = 4, 3000
     x = rng.multivariate_normal([1.0, -2.0, 0.0], cov, size=(chains, draws))
-    x[:, : draws // 3] += 50.0  # the first third (still moving) must be ignored
+    x[:, : draws // 2] += 50.0  # the first half (still moving) must be ignored
     z = {"a": jax.numpy.asarray(x[..., :1]), "b": jax.numpy.asarray(x[..., 1:])}
     dense = _pooled_metric(z, dense=True)
-    np.testing.assert_allclose(dense, cov, atol=0.08)
+    np.testing.assert_allclose(dense / np.outer(sd, sd), corr, atol=0.05)
+    np.testing.assert_allclose(np.sqrt(np.diag(dense)), sd, rtol=0.05)
     np.testing.assert_allclose(_pooled_metric(z, dense=False), np.diag(dense))
+
+
+def _ar1(rho: float, chains: int = 4, draws: int = 2000, dim: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    e = rng.standard_normal((chains, draws, dim))
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0]
+    for t in range(1, draws):
+        x[:, t] = rho * x[:, t - 1] + np.sqrt(1 - rho**2) * e[:, t]
+    return x
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.6, 0.95])
+def test_block_thinning_follows_the_pilot_autocorrelation(rho):
+    """ESS per draw of AR(1) is (1 - rho) / (1 + rho): 1, 0.25 and 0.026 here."""
+    exact = np.ceil(TARGET_ESS_PER_DRAW * (1 + rho) / (1 - rho))
+    expected = {int(np.clip(exact + d, 1, MAX_THIN)) for d in (0, 1)}
+    pilot = {"a": _ar1(rho)[..., :1], "b": _ar1(rho)[..., 1:]}
+    assert block_thinning(pilot) in expected  # +1 allowed: ESS estimates scatter
+    # The worst coordinate decides: one slow coordinate among fast ones.
+    mixed = {"fast": _ar1(0.0), "slow": _ar1(0.95)[..., :1]}
+    assert block_thinning(mixed) == MAX_THIN
+
+
+def test_thinned_stats_keep_every_divergence_and_count_every_step():
+    chains, draws, thin = 2, 3, 2
+    diverging = np.zeros((chains, draws * thin), bool)
+    diverging[0, 2] = True  # a discarded iteration (kept ones are 1, 3, 5)
+    stats = {
+        "diverging": diverging,
+        "num_steps": np.arange(chains * draws * thin).reshape(chains, -1),
+        "energy": np.arange(chains * draws * thin, dtype=float).reshape(chains, -1),
+        "accept_prob": np.full((chains, draws * thin), 0.5),
+    }
+    out = _thinned_stats(stats, thin)
+    assert out["diverging"].tolist() == [[False, True, False], [False, False, False]]
+    assert out["steps_total"].sum() == stats["num_steps"].sum()
+    np.testing.assert_array_equal(out["num_steps"], stats["num_steps"][:, 1::2])  # the larger
+    np.testing.assert_array_equal(out["energy"], stats["energy"][:, 1::2])
+    assert out["accept_prob"].shape == (chains, draws)
 
 
 def test_blocked_fit_matches_the_joint_fit():
@@ -130,6 +182,8 @@ def test_blocked_fit_matches_the_joint_fit():
     assert set(post_b.data_vars) == set(post_j.data_vars)
     assert (stats["n_steps_total"] >= stats["n_steps"]).all()
     assert "n_steps_total" not in fits["joint"].tree["sample_stats"]
+    thinning = json.loads(fits["language"].tree.attrs["block_thinning"])
+    assert set(thinning) == set(langs) and all(1 <= t <= MAX_THIN for t in thinning.values())
     for fit in fits.values():
         assert fit.diagnostics.max_rhat < 1.05, fit.diagnostics.problems
     for name in ("log_L0", "log_slope", "logit_f", "eta", "b_offdiag", "kappa_offdiag"):
