@@ -6,7 +6,7 @@ Groups: ``posterior`` (latent and derived parameters, in tokens units where name
 ``language`` (target), ``source_language``, ``pair`` (off-diagonal ``src->tgt``), ``run``,
 ``point`` (evaluation points) and ``obs`` (likelihood observations). Root attributes hold the
 metadata (languages, ``d_ref``, priors as TOML, data hash, package version, seed, method,
-diagnostics as JSON).
+diagnostics, NUTS settings and, for per-language blocks, ``block_thinning`` as JSON).
 
 A file is written atomically (temporary file, then rename) and loaded with
 :func:`load_fit`, which rebuilds the runs table and priors, so predictions from a loaded fit

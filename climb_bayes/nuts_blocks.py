@@ -459,10 +459,12 @@ def run_blocked_nuts(
        later half of the previous window, pooled over the chains (:func:`_pooled_metric`);
     3. *step size*: tuned under the final metric.
 
-    Then ``draws_per_chain`` draws with the kernel frozen. Compared with Stan's windowed
-    adaptation (NumPyro's default) this spends no iterations on a 35-dimensional dense metric
-    estimated from 25 draws, and pooling the chains quadruples the draws behind the metric;
-    measured in ``docs/performance.md``.
+    Then ``draws_per_chain`` draws with the kernel frozen, every ``thin``-th iteration kept
+    (:func:`block_thinning`, from the last window). The kernel runs in float32
+    (:func:`_single_precision`). Compared with Stan's windowed adaptation (NumPyro's default)
+    this spends no iterations on a 35-dimensional dense metric estimated from 25 draws, and
+    pooling the chains quadruples the draws behind the metric; measured in
+    ``docs/performance.md``.
 
     Parameters
     ----------
