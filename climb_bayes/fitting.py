@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
-import numpyro.handlers
 import numpyro.infer
 
 from climb_bayes import __version__
@@ -24,6 +23,7 @@ from climb_bayes.model import (
     climb_model,
     latent_sites,
     model_data,
+    model_trace,
     pair_labels,
     sampler_coordinates,
 )
@@ -85,8 +85,7 @@ def _posterior_predictive(
     """
 
     def location_scale(sample: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        model = numpyro.handlers.substitute(numpyro.handlers.seed(climb_model, 0), sample)
-        fn = numpyro.handlers.trace(model).get_trace(data, priors)["log_loss"]["fn"]
+        fn = model_trace(sample, data, priors)["log_loss"]["fn"]
         while hasattr(fn, "base_dist"):  # masked / expanded wrappers
             fn = fn.base_dist
         return fn.loc, fn.scale

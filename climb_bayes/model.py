@@ -74,6 +74,7 @@ __all__ = [
     "LATENT_SITES",
     "NATURAL_SITES",
     "latent_sites",
+    "model_trace",
     "prior_locations",
 ]
 
@@ -302,6 +303,17 @@ def latent_sites(priors: Priors) -> list[str]:
     if priors.hierarchical_transfer:
         names = [n for n in names if n != "b_saturated"] + ["mu_b", "tau_b", "b_z"]
     return names
+
+
+def model_trace(values: dict[str, Any], data: ModelData, priors: Priors) -> dict[str, Any]:
+    """Trace of :func:`climb_model` with its latent sites set to ``values``.
+
+    ``log_loss`` is observed, so nothing is sampled and no PRNG key is needed; ``jit`` and
+    ``vmap`` over draws apply. Read ``site["value"]`` for deterministic sites and
+    ``site["fn"]`` for the likelihood or the priors.
+    """
+    model = numpyro.handlers.substitute(climb_model, data=values)
+    return numpyro.handlers.trace(model).get_trace(data, priors)
 
 
 def sampler_coordinates(

@@ -33,7 +33,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro import handlers
 from numpyro.diagnostics import effective_sample_size
 from numpyro.infer import NUTS
 from numpyro.infer.hmc import momentum_generator
@@ -48,7 +47,7 @@ from numpyro.infer.hmc_util import (
 from numpyro.infer.util import potential_energy
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.model import ModelData, climb_model, latent_sites, pair_indices
+from climb_bayes.model import ModelData, climb_model, latent_sites, model_trace, pair_indices
 from climb_bayes.nuts import (
     EXTRA_FIELDS,
     NutsConfig,
@@ -298,11 +297,15 @@ def _chunk_kernel(potential_gen: Callable, config: NutsConfig) -> Callable:
         energy, grad = jax.value_and_grad(potential)(z)
         key, key_heuristic = jax.random.split(key)
         momentum = lambda z, _, k: momentum_generator(z, mass_sqrt, k)  # noqa: E731
-        heuristic = find_reasonable_step_size(
-            potential, kinetic, momentum, step_size, inverse_mass, (z, None, energy, grad),
-            key_heuristic,
+        step_size = jax.lax.cond(  # restart and adapt are unbatched: a real branch
+            restart,
+            lambda s: find_reasonable_step_size(
+                potential, kinetic, momentum, s, inverse_mass, (z, None, energy, grad),
+                key_heuristic,
+            ),
+            lambda s: s,
+            step_size,
         )  # fmt: skip
-        step_size = jnp.where(restart, heuristic, step_size)
         fresh = da_init(jnp.log(10.0 * step_size))
         averaging = jax.tree.map(lambda a, b: jnp.where(restart, a, b), fresh, averaging)
 
@@ -436,7 +439,7 @@ def _sample_block(
     )
     values = from_unconstrained(jax.tree.map(lambda x: x[:, thin - 1 :: thin], draws))
     stats = _thinned_stats(dict(zip(EXTRA_FIELDS, stats, strict=True)), thin)
-    return {k: np.asarray(v) for k, v in values.items()}, stats, thin
+    return values, stats, thin
 
 
 def run_blocked_nuts(
@@ -530,8 +533,7 @@ def run_blocked_nuts(
     flat = {k: jnp.asarray(v.reshape((chains * draws,) + v.shape[2:])) for k, v in joint.items()}
 
     def deterministic(sample: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        model = handlers.substitute(handlers.seed(climb_model, 0), sample)
-        trace = handlers.trace(model).get_trace(data, priors)
+        trace = model_trace(sample, data, priors)
         return {k: site["value"] for k, site in trace.items() if site["type"] == "deterministic"}
 
     sites = jax.jit(jax.vmap(deterministic))(flat)  # one vectorised pass over the draws

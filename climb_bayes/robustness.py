@@ -52,7 +52,7 @@ import xarray as xr
 from climb_bayes.errors import ClimbError
 from climb_bayes.fitresult import Fit
 from climb_bayes.law import LawParams, log_loss
-from climb_bayes.model import LATENT_SITES, climb_model, model_data
+from climb_bayes.model import LATENT_SITES, climb_model, model_data, model_trace
 from climb_bayes.nuts import NutsConfig
 from climb_bayes.priors import Priors
 
@@ -139,8 +139,7 @@ def _prior_terms(fit: Fit) -> dict[str, np.ndarray]:
     latents = _latent_draws(fit)
 
     def one(values: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        model = numpyro.handlers.substitute(climb_model, data=values)
-        tr = numpyro.handlers.trace(model).get_trace(data, priors)
+        tr = model_trace(values, data, priors)
         out = {}
         for name, site in tr.items():
             if site["type"] != "sample" or name == "log_loss" or name.startswith("jacobian_"):
