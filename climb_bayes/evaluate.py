@@ -27,6 +27,7 @@ import numpy as np
 
 from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations
 from climb_bayes.metrics import COVERAGE_LEVELS, score
+from climb_bayes.predictive import log_predictive_density, predictive_parts, predictive_samples
 
 __all__ = ["EvalRow", "evaluate_laws", "format_table", "rows_to_json", "METRIC_COLUMNS"]
 
@@ -151,10 +152,11 @@ def _score_fit(
 ) -> dict[str, Any]:
     if obs.n == 0:
         return {"n": 0}
-    point = fit.point_log(obs)
-    samples = fit.predictive_samples(obs, n_predictive, seed=seed)
-    loglik = fit.log_likelihood(obs)
-    return score(obs.loss, obs.group, point, samples, loglik, n_groups=obs.m, levels=levels)
+    parts = predictive_parts(fit, obs)
+    point = np.median(parts.centre, axis=0)
+    samples = predictive_samples(fit, obs, n_predictive, seed=seed, parts=parts)
+    lpd = log_predictive_density(fit, obs, seed=seed, parts=parts)
+    return score(obs.loss, obs.group, point, samples, lpd=lpd, n_groups=obs.m, levels=levels)
 
 
 def _jsonable(v: Any) -> bool:

@@ -19,6 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
@@ -30,9 +31,15 @@ from climb_bayes.law import LawParams
 from climb_bayes.priors import Priors, load_priors
 from climb_bayes.runs import RunsData
 
+if TYPE_CHECKING:
+    from climb_bayes.discrepancy import Discrepancy
+    from climb_bayes.ensemble import LawEnsemble
+
 __all__ = ["Fit", "load_fit", "FORMAT_VERSION", "PARAM_DIMS"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: run-effect likelihood (log-likelihood per run group), other laws, discrepancy, stacking.
+1: climb-bayes < 0.2 (still read; predictions then use CLIMB alone)."""
 
 PARAM_DIMS: dict[str, list[str]] = {
     "log_L0": ["language"],
@@ -48,6 +55,7 @@ PARAM_DIMS: dict[str, list[str]] = {
     "beta": ["language"],
     "eta": ["language"],
     "sigma": ["language"],
+    "sigma_run": ["language"],
     "b_offdiag": ["pair"],
     "b_z": ["pair"],
     "kappa_offdiag": ["pair"],
@@ -119,6 +127,7 @@ class Fit:
             source=str(self.attrs.get("data_source", "<fit>")),
             sha256=str(self.attrs.get("data_sha256", "")),
             tail_start=float(self.attrs.get("tail_start", 0.85)),
+            run_series=np.asarray(cd["run_series"].values) if "run_series" in cd else None,
         )
 
     # -- draws -------------------------------------------------------------------------------
@@ -148,6 +157,22 @@ class Fit:
     def sigma_draws(self) -> np.ndarray:
         """Observation-noise draws on log-loss, ``(n_draws, m)``."""
         return self.draws("sigma")
+
+    def discrepancy(self, law: str = "climb") -> Discrepancy | None:
+        """The extrapolation discrepancy learned for ``law`` (``None`` if not stored)."""
+        from climb_bayes.ensemble_store import discrepancy_from_tree
+
+        node = self.tree.children.get("discrepancy")
+        if node is None or law not in node.children:
+            return None
+        return discrepancy_from_tree(node[law])
+
+    def ensemble(self) -> LawEnsemble:
+        """Every law of the fit with its discrepancy and stacking weight (the default
+        predictive of ``predict``, ``optimize``, ``suggest`` and ``report``)."""
+        from climb_bayes.ensemble_store import load_ensemble
+
+        return load_ensemble(self)
 
     # -- I/O -----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -332,6 +332,7 @@ def score(
     samples_log: np.ndarray | None = None,
     loglik: np.ndarray | None = None,
     *,
+    lpd: np.ndarray | None = None,
     n_groups: int | None = None,
     levels: Sequence[float] = COVERAGE_LEVELS,
     delta: float = HUBER_DELTA,
@@ -350,6 +351,8 @@ def score(
         Predictive samples of ``log(loss)``; enables coverage, calibration error and CRPS.
     loglik : array (S', N), optional
         Pointwise log-likelihood per draw; enables the log predictive density.
+    lpd : array (N,), optional
+        Pointwise log predictive density computed elsewhere (instead of ``loglik``).
     n_groups : int, optional
         Number of groups (for per-group R²).
     levels, delta
@@ -383,4 +386,6 @@ def score(
         out["crps"] = float(np.mean(crps_samples(samples_log, y_log)))
     if loglik is not None and obs_loss.size:
         out["lpd"] = float(np.mean(log_predictive_density(loglik)))
+    elif lpd is not None and obs_loss.size:
+        out["lpd"] = float(np.mean(lpd))
     return out

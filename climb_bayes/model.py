@@ -6,12 +6,14 @@ The model is written in reference units (budgets divided by ``d_ref``), see
 
 Sites
 -----
-latent : ``log_L0``, ``logit_f``, ``log_slope``, ``eta``, ``sigma`` (language),
+latent : ``log_L0``, ``logit_f``, ``log_slope``, ``eta``, ``sigma``, ``sigma_run`` (language),
     ``b_saturated`` and ``kappa_saturated`` (pair); with hierarchical transfer ``mu_b``,
     ``tau_b`` and ``b_z`` (pair) replace ``b_saturated``.
 deterministic : ``log_A``, ``log_E``, ``beta``, ``log_B``, ``B``, ``E`` (language),
     ``b_offdiag``, ``kappa_offdiag`` (pair), ``b``, ``k`` (source_language, language).
-observed : ``log_loss`` (obs).
+observed : ``log_loss`` (obs): one :class:`~climb_bayes.observation.GroupedNoise` vector
+    (the points of one run and language share a marginalised run effect ``sigma_run``), or
+    independent Student-t/Normal points with ``run_effect = false``.
 
 Parameterisation
 ----------------
@@ -58,6 +60,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from climb_bayes.law import log_loss_at_ratio, saturating_ratio
+from climb_bayes.observation import GroupedNoise
 from climb_bayes.priors import Priors
 from climb_bayes.runs import RunsData
 
@@ -75,6 +78,7 @@ __all__ = [
     "NATURAL_SITES",
     "latent_sites",
     "model_trace",
+    "weighted_log_likelihood",
     "prior_locations",
 ]
 
@@ -106,6 +110,7 @@ class ModelData(NamedTuple):
     d_ref: float
     reference_share: float = 0.5  # share c of the saturated transfer coordinates
     obs_mask: np.ndarray | None = None  # (N,) bool; False = padding, not observed
+    obs_group: np.ndarray | None = None  # (N,) int < N; (run, language) group of each obs
 
     @property
     def n_targets(self) -> int:
@@ -190,6 +195,7 @@ def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> Mo
         irreducible_loc=irr,
         d_ref=d_ref,
         reference_share=reference_share(runs.run_proportions),
+        obs_group=np.asarray(runs.obs_group, dtype=np.int32),
     )
 
 
@@ -200,12 +206,20 @@ def _scatter_pairs(values: jnp.ndarray, m: int, n_targets: int) -> jnp.ndarray:
     return jnp.zeros(shape, values.dtype).at[..., src, tgt].set(values)
 
 
-def _saturated_site(name: str, sampled: str, scale: float, log_saturation: jax.Array) -> jax.Array:
-    """Transfer parameter ``name ~ Normal(0, scale)`` sampled as ``name * saturation``.
+def _saturated_site(
+    name: str, sampled: str, scale: float, log_saturation: jax.Array, on_saturated: bool
+) -> jax.Array:
+    """Transfer parameter ``name`` sampled as ``name * saturation`` (the coordinate the data
+    measure, see the module docstring).
 
-    The sampled site carries a masked placeholder density; the prior on ``name`` and the
-    Jacobian ``-log saturation`` of the change of coordinates are added as factors.
+    ``on_saturated=True`` (default priors): the prior ``Normal(0, scale)`` is on the sampled,
+    saturated value itself, a plain sample site. ``False`` (``transfer_prior = "natural"``):
+    the prior is on ``name``, added as a factor with the Jacobian ``-log saturation`` of the
+    change of coordinates.
     """
+    if on_saturated:
+        value_sat = numpyro.sample(sampled, dist.Normal(0.0, scale))
+        return numpyro.deterministic(name, value_sat * jnp.exp(-log_saturation))
     value_sat = numpyro.sample(sampled, dist.Normal(0.0, scale).mask(False))
     value = numpyro.deterministic(name, value_sat * jnp.exp(-log_saturation))
     numpyro.factor(f"prior_{name}", dist.Normal(0.0, scale).log_prob(value))
@@ -256,8 +270,11 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         )
         eta = numpyro.sample("eta", dist.LogNormal(np.log(priors.eta_median), priors.eta_log_sd))
         sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale))
+        if priors.run_effect:
+            sigma_run = numpyro.sample("sigma_run", dist.HalfNormal(priors.run_effect_scale))
 
     log_saturation = jnp.log(-jnp.expm1(-eta * data.reference_share))[target]  # (pair,)
+    on_saturated = priors.transfer_prior == "saturated"
     if priors.hierarchical_transfer:
         mu_b = numpyro.sample("mu_b", dist.Normal(0.0, priors.transfer_scale))
         tau_b = numpyro.sample("tau_b", dist.HalfNormal(priors.transfer_scale))
@@ -267,10 +284,10 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
             b_off = numpyro.deterministic("b_offdiag", mu_b + tau_b * b_z)
         else:
             b_off = _saturated_site(
-                "b_offdiag", "b_saturated", priors.transfer_scale, log_saturation
+                "b_offdiag", "b_saturated", priors.transfer_scale, log_saturation, on_saturated
             )
         kappa_off = _saturated_site(
-            "kappa_offdiag", "kappa_saturated", priors.decay_scale, log_saturation
+            "kappa_offdiag", "kappa_saturated", priors.decay_scale, log_saturation, on_saturated
         )
 
     b = numpyro.deterministic("b", _scatter_pairs(b_off, m, n_targets))
@@ -287,6 +304,15 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     pred = log_loss_at_ratio(rt, data.point_d, log_A, beta, log_E)
     loc = pred[data.obs_point, data.obs_language]
     scale = sigma[data.obs_language]
+    y = data.obs_log_loss if observed else None
+    if priors.run_effect:
+        n = data.obs_log_loss.shape[0]
+        group = np.arange(n) if data.obs_group is None else data.obs_group
+        df = None if priors.likelihood == "normal" else priors.student_df
+        run_scale = sigma_run[data.obs_language]
+        noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask)
+        numpyro.sample("log_loss", noise, obs=y)
+        return
     if priors.likelihood == "normal":
         noise = dist.Normal(loc, scale)
     else:
@@ -294,12 +320,12 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     if data.obs_mask is not None:
         noise = noise.mask(data.obs_mask)
     with numpyro.plate("obs", data.obs_log_loss.shape[0], dim=-1):
-        numpyro.sample("log_loss", noise, obs=data.obs_log_loss if observed else None)
+        numpyro.sample("log_loss", noise, obs=y)
 
 
 def latent_sites(priors: Priors) -> list[str]:
     """Names of the sites NUTS samples under ``priors``."""
-    names = list(LATENT_SITES)
+    names = list(LATENT_SITES) + (["sigma_run"] if priors.run_effect else [])
     if priors.hierarchical_transfer:
         names = [n for n in names if n != "b_saturated"] + ["mu_b", "tau_b", "b_z"]
     return names
@@ -314,6 +340,29 @@ def model_trace(values: dict[str, Any], data: ModelData, priors: Priors) -> dict
     """
     model = numpyro.handlers.substitute(climb_model, data=values)
     return numpyro.handlers.trace(model).get_trace(data, priors)
+
+
+def weighted_log_likelihood(
+    values: dict[str, Any], data: ModelData, priors: Priors, weight: jax.Array
+) -> jax.Array:
+    """Log-likelihood of the observations with non-negative integer-valued ``weight`` (N,).
+
+    Independent points: ``sum_i w_i log p(y_i)``. Grouped noise
+    (:class:`~climb_bayes.observation.GroupedNoise`): the points with ``w = 0`` are left out of
+    their group (the exact likelihood of the rest) and each group's log density is counted
+    ``max_i w_i`` times (a run drawn twice by a bootstrap is two independent copies).
+    """
+    fn = model_trace(values, data, priors)["log_loss"]["fn"]
+    y = jnp.asarray(data.obs_log_loss)
+    w = jnp.asarray(weight, dtype=y.dtype)
+    if isinstance(fn, GroupedNoise):
+        keep = w > 0
+        mask = keep if fn.weight is None else keep & fn.weight
+        kept = GroupedNoise(fn.loc, fn.scale, fn.run_scale, fn.group, fn.df, mask)
+        n = y.shape[0]
+        group_w = jax.ops.segment_max(w, fn.group, num_segments=n)
+        return jnp.sum(jnp.maximum(group_w, 0.0) * kept.group_log_prob(y))
+    return jnp.sum(w * fn.log_prob(y))
 
 
 def sampler_coordinates(
@@ -347,6 +396,8 @@ def sampler_coordinates(
         "eta": v["eta"],
         "sigma": v["sigma"],
     }
+    if priors.run_effect:
+        out["sigma_run"] = v["sigma_run"]
     _, target = pair_indices(data.point_r.shape[-1], out["eta"].shape[-1])
     saturation = -np.expm1(-v["eta"] * data.reference_share)[..., target]
     out["kappa_saturated"] = v["kappa_offdiag"] * saturation
@@ -366,10 +417,10 @@ def sampler_coordinates(
 def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
     """One exact draw from the prior: every sample and deterministic site, ``log_loss`` included.
 
-    The model's sampled coordinates carry masked placeholder densities (their priors are
-    ``numpyro.factor`` terms on the law's parameters), so ``Predictive(climb_model)`` without
-    posterior samples would *not* draw from the prior. This draws the law's parameters from
-    their priors, maps them with :func:`sampler_coordinates` and lets the model add the
+    Some of the model's sampled coordinates carry masked placeholder densities (their priors
+    are ``numpyro.factor`` terms on the law's parameters), so ``Predictive(climb_model)``
+    without posterior samples would *not* draw from the prior. This draws the law's parameters
+    from their priors, maps them with :func:`sampler_coordinates` and lets the model add the
     deterministic sites and simulated observations.
     """
     m, n_pairs = data.n_targets, data.n_pairs
@@ -383,6 +434,9 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
         "sigma": priors.noise_scale * np.abs(normal(keys[4], (m,))),
         "kappa_offdiag": priors.decay_scale * normal(keys[5], (n_pairs,)),
     }
+    if priors.run_effect:
+        k_run = jax.random.fold_in(key, 7)
+        values["sigma_run"] = priors.run_effect_scale * np.abs(normal(k_run, (m,)))
     if priors.hierarchical_transfer:
         values |= {
             "mu_b": priors.transfer_scale * normal(keys[6], ()),
@@ -391,6 +445,12 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
         }
     else:
         values["b_offdiag"] = priors.transfer_scale * normal(keys[7], (n_pairs,))
+    if priors.transfer_prior == "saturated":  # the draws above are the saturated values
+        _, target = pair_indices(data.point_r.shape[-1], m)
+        saturation = -np.expm1(-values["eta"] * data.reference_share)[target]
+        values["kappa_offdiag"] = values["kappa_offdiag"] / saturation
+        if not priors.hierarchical_transfer:
+            values["b_offdiag"] = values["b_offdiag"] / saturation
     fixed = sampler_coordinates(values, data, priors)
     model = numpyro.handlers.seed(
         numpyro.handlers.substitute(

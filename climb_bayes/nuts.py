@@ -105,6 +105,8 @@ def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
         "sigma": np.full(m, priors.noise_scale / 2),
         "kappa_offdiag": np.zeros(p),
     }
+    if priors.run_effect:
+        centre["sigma_run"] = np.full(m, priors.run_effect_scale / 2)
     if priors.hierarchical_transfer:
         centre |= {
             "mu_b": np.zeros(()),
@@ -129,7 +131,7 @@ def _jittered_inits(
         "b_z": 1.0,
         "mu_b": priors.transfer_scale,
     }
-    log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "tau_b": 0.5}
+    log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "sigma_run": 0.5, "tau_b": 0.5}
     out = {}
     for i, (name, value) in enumerate(sorted(base.items())):
         value = np.asarray(value, float)
@@ -248,7 +250,7 @@ def nuts_mcmc(
     )
 
 
-POSITIVE_SITES = frozenset({"eta", "sigma", "tau_b"})
+POSITIVE_SITES = frozenset({"eta", "sigma", "sigma_run", "tau_b"})
 """Latent sites NUTS moves on the log scale (NumPyro's default transform); the rest are real."""
 
 

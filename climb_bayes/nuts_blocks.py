@@ -142,11 +142,20 @@ def language_blocks(data: ModelData) -> list[ModelData]:
                 obs_language=np.zeros(n_max, np.int32),
                 obs_log_loss=np.concatenate([data.obs_log_loss[sel], np.zeros(pad)]),
                 obs_mask=np.arange(n_max) < sel.size,
+                obs_group=_block_groups(data, sel, n_max),
                 reducible_loc=np.asarray(data.reducible_loc, float)[[i]],
                 irreducible_loc=np.asarray(data.irreducible_loc, float)[[i]],
             )
         )
     return blocks
+
+
+def _block_groups(data: ModelData, sel: np.ndarray, n_max: int) -> np.ndarray | None:
+    """Run groups of a block's observations, renumbered from 0 and padded (padding: 0)."""
+    if data.obs_group is None:
+        return None
+    _, dense = np.unique(data.obs_group[sel], return_inverse=True)
+    return np.concatenate([dense.ravel(), np.zeros(n_max - sel.size, np.int64)]).astype(np.int32)
 
 
 class BlockedPosterior:

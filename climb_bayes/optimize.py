@@ -172,6 +172,15 @@ class OptimizeResult:
         ``"fast"`` or ``"trust-constr"``.
     seconds : float
         Wall time of the computation.
+    stacked : ndarray (S', m) or None
+        Per-draw optimum under the default (stacked) predictive: a mixture over laws,
+        posterior draws and discrepancy realisations (:mod:`climb_bayes.ensemble_decision`).
+    predictive : str
+        What the decisions and comparisons are taken under: ``"climb"`` (its posterior) or
+        ``"stacked: climb 0.71, msl 0.29"``.
+    gain_noise : float
+        sd over the decision draws of the loss difference between the recommendation and the
+        uniform mixture (nats/token): a gain smaller than this is within the uncertainty.
     """
 
     languages: tuple[str, ...]
@@ -193,6 +202,9 @@ class OptimizeResult:
     risk_losses: np.ndarray | None = None
     comparisons: list[Comparison] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    stacked: np.ndarray | None = None
+    predictive: str = "climb"
+    gain_noise: float = 0.0
     solver: str = "fast"
     seconds: float = 0.0
 
@@ -229,7 +241,10 @@ class OptimizeResult:
             }
             if self.risk_averse is not None:
                 row[f"cvar_{self.risk:g}"] = float(self.risk_averse[i])
-            for key, draws in (("direct", self.direct), ("two_step", self.two_step)):
+            sols = [("direct", self.direct), ("two_step", self.two_step)]
+            if self.stacked is not None:
+                sols.insert(0, ("stacked", self.stacked))
+            for key, draws in sols:
                 row[f"{key}_median"] = float(np.median(draws[:, i]))
                 for lv in self.levels:
                     a, b = central_interval(draws[:, i], lv)
@@ -283,6 +298,8 @@ class OptimizeResult:
             "languages": list(self.languages),
             "weights": self.weights.tolist(),
             "rho": self.rho,
+            "predictive": self.predictive,
+            "gain_noise": self.gain_noise,
             "solver": self.solver,
             "n_draws": self.n_draws,
             "recommended": {"name": self.recommended_name, "shares": _shares(self)},
@@ -308,6 +325,8 @@ class OptimizeResult:
                 "direct_loss": self.direct_loss.tolist(),
                 "two_step_loss": self.two_step_loss.tolist(),
             }
+            if self.stacked is not None:
+                out["draws"]["stacked"] = self.stacked.tolist()
         return out
 
 
@@ -366,6 +385,9 @@ def optimize_mixture(
     tau: float = DEFAULT_TAU,
     msl: Callable[[float, np.ndarray], np.ndarray] | None = None,
     progress: Callable[[str], None] | None = None,
+    ensemble: object | None = None,
+    n_decision_draws: int = 1000,
+    seed: int = 0,
 ) -> OptimizeResult:
     """Optimal mixture at one budget: per-draw two-step and direct optima, decisions, baselines.
 
@@ -398,6 +420,15 @@ def optimize_mixture(
         ``(budget, weights) -> shares`` of the MSL law (:func:`msl_baseline`).
     progress : callable, optional
         Receives one line per step.
+    ensemble : LawEnsemble, optional
+        The default predictive (:meth:`Fit.ensemble`): the recommendation, its comparisons and
+        the stacked ``r*`` distribution are then taken under the stacked laws with their
+        extrapolation discrepancy; CLIMB's per-draw direct and two-step optima stay as
+        references.
+    n_decision_draws : int
+        Draws of the stacked predictive.
+    seed : int
+        Seed of the stacked predictive's draws.
 
     Returns
     -------
@@ -457,15 +488,41 @@ def optimize_mixture(
     direct_loss = draw_losses(params, budget, direct, w)
     two_loss = draw_losses(params, budget, two, w)
 
-    log(f"  D={budget:.3g}: Bayes decision (posterior expected weighted loss)")
     start = direct[np.argmin(np.abs(direct_loss - np.median(direct_loss)))]
-    bayes, _ = bayes_decision(params, budget, w, lo, hi, start=start)
-    bayes_losses = draw_losses(params, budget, bayes, w)
-    risk_averse = risk_losses = None
-    if risk is not None:
-        log(f"  D={budget:.3g}: risk-averse decision (CVaR {risk:g})")
-        risk_averse, _ = cvar_decision(params, budget, w, lo, hi, risk, start=bayes)
-        risk_losses = draw_losses(params, budget, risk_averse, w)
+    stacked = None
+    predictive = "climb"
+    if ensemble is not None:
+        from climb_bayes import ensemble_decision as ed
+
+        predictive = "stacked: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in sorted(ensemble.weights.items(), key=lambda kv: -kv[1])
+        )
+        log(f"  D={budget:.3g}: {n_decision_draws} draws of the default predictive ({predictive})")
+        draws = ed.decision_draws(ensemble, budget, n_decision_draws, seed=seed)
+        stacked = ed.optimum_draws(draws, w, lo, hi, start=start)
+
+        def losses_of(shares: np.ndarray) -> np.ndarray:
+            return ed.draw_losses(draws, shares, w)
+
+        log(f"  D={budget:.3g}: Bayes decision under the default predictive")
+        bayes = ed.bayes_decision(draws, w, lo, hi, start=np.median(stacked, axis=0))
+        risk_averse = None
+        if risk is not None:
+            log(f"  D={budget:.3g}: risk-averse decision (CVaR {risk:g})")
+            risk_averse, _ = ed.cvar_decision(draws, w, lo, hi, risk, start=bayes)
+    else:
+
+        def losses_of(shares: np.ndarray) -> np.ndarray:
+            return draw_losses(params, budget, shares, w)
+
+        log(f"  D={budget:.3g}: Bayes decision (posterior expected weighted loss)")
+        bayes, _ = bayes_decision(params, budget, w, lo, hi, start=start)
+        risk_averse = None
+        if risk is not None:
+            log(f"  D={budget:.3g}: risk-averse decision (CVaR {risk:g})")
+            risk_averse, _ = cvar_decision(params, budget, w, lo, hi, risk, start=bayes)
+    bayes_losses = losses_of(bayes)
+    risk_losses = None if risk_averse is None else losses_of(risk_averse)
 
     res = OptimizeResult(
         languages=languages,
@@ -486,16 +543,18 @@ def optimize_mixture(
         risk_averse=risk_averse,
         risk_losses=risk_losses,
         solver=solver,
+        stacked=stacked,
+        predictive=predictive,
     )
     rec = res.recommended_losses
+    diff = losses_of(uniform_mixture(m)) - rec
+    res.gain_noise = float(np.std(diff[np.isfinite(diff)])) if np.isfinite(diff).any() else 0.0
 
     def add(name: str, shares: np.ndarray, note: str = "") -> None:
         shares = np.asarray(shares, dtype=float)
         if not constraints.check(shares, budget, tol=1e-6):
             note = (note + "; " if note else "") + "violates the constraints"
-        res.comparisons.append(
-            compare(name, shares, draw_losses(params, budget, shares, w), rec, levels, note)
-        )
+        res.comparisons.append(compare(name, shares, losses_of(shares), rec, levels, note))
 
     add(f"recommended ({res.recommended_name})", res.recommended)
     if risk is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "OptimResult",
     "multistart_lbfgs",
     "mad_sigma",
+    "run_noise_split",
     "PointFit",
     "point_fit",
 ]
@@ -137,13 +138,47 @@ def mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:
     return sigma
 
 
+def run_noise_split(
+    resid: np.ndarray, language: np.ndarray, run_group: np.ndarray, m: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Robust within-run and between-run noise sds per language, ``((m,), (m,))``.
+
+    ``resid`` are log-loss residuals, ``run_group`` the (run, language) group of each (see
+    :class:`climb_bayes.observation.GroupedNoise`). Within: MAD of the residuals around their
+    group means (times ``sqrt(n / (n - 1))`` for the mean taken out, ``n`` the median group
+    size). Between: MAD of the group means with the within part of their variance taken out.
+    Both at least 1e-4.
+    """
+    resid = np.asarray(resid, dtype=float)
+    run_group = np.asarray(run_group, dtype=np.int64)
+    counts = np.bincount(run_group)
+    means = np.bincount(run_group, weights=resid) / np.maximum(counts, 1)
+    within_resid = resid - means[run_group]
+    group_language = np.zeros(counts.size, dtype=np.int64)
+    group_language[run_group] = language
+    within, between = np.full(m, 1e-4), np.full(m, 1e-4)
+    for i in range(m):
+        sel = language == i
+        if not np.any(sel):
+            continue
+        n = float(np.median(counts[np.unique(run_group[sel])]))
+        if n > 1:
+            within[i] = max(mad_sigma(within_resid[sel], np.zeros(sel.sum()), 1)[0], 1e-4)
+            within[i] *= np.sqrt(n / (n - 1.0))
+        gm = means[(group_language == i) & (counts > 0)]
+        var = mad_sigma(gm, np.zeros(gm.size), 1)[0] ** 2 - (within[i] ** 2 / n if n > 1 else 0)
+        between[i] = max(np.sqrt(max(var, 0.0)), 1e-4)
+    return within, between
+
+
 class PointFit(NamedTuple):
     """Point estimate of the CLIMB law in reference units (budgets / ``d_ref``).
 
     ``values`` maps the model's latent site names (``log_A``, ``beta``, ``log_E``,
     ``b_offdiag``, ``kappa_offdiag``, ``eta``, ``sigma``) to arrays, so it can seed NUTS or be
-    stored like a one-draw posterior. ``sigma`` is a robust (MAD) estimate of each language's
-    residual spread on log-loss.
+    stored like a one-draw posterior. ``sigma`` and ``sigma_run`` are robust (MAD) estimates of
+    each language's within-run and between-run residual spread on log-loss
+    (:func:`run_noise_split`).
     """
 
     values: dict[str, np.ndarray]
@@ -287,5 +322,11 @@ def point_fit(
     )
     values = {k: np.asarray(v) for k, v in _unpack(jnp.asarray(res.x), m).items()}
     resid = np.asarray(predicted_log_loss(data, values)) - np.asarray(y)
-    values["sigma"] = mad_sigma(resid, data.obs_language, m)
+    if data.obs_group is None or not priors.run_effect:
+        values["sigma"] = mad_sigma(resid, data.obs_language, m)
+        values["sigma_run"] = np.full(m, 1e-4)
+    else:
+        values["sigma"], values["sigma_run"] = run_noise_split(
+            resid, data.obs_language, data.obs_group, m
+        )
     return PointFit(values, res.fun, res.n_starts, res.n_converged, resid)

@@ -52,6 +52,7 @@ __all__ = [
     "summarize",
     "coverage",
     "predict_table",
+    "ensemble_table",
 ]
 
 LIKELIHOODS = ("student_t", "normal")
@@ -84,11 +85,14 @@ class NoiseModel:
 
 
 def noise_model(fit: object) -> NoiseModel:
-    """The noise model of a :class:`~climb_bayes.fitresult.Fit` (its likelihood and sigma)."""
+    """The noise of one new run's evaluation point under a :class:`~climb_bayes.fitresult.Fit`:
+    its likelihood, and ``sqrt(sigma^2 + sigma_run^2)`` per draw (the marginal scale of a point
+    of a run the fit has not seen, :mod:`climb_bayes.observation`)."""
     priors = fit.priors
-    return NoiseModel(
-        np.asarray(fit.sigma_draws(), dtype=float), priors.likelihood, priors.student_df
-    )
+    sigma = np.asarray(fit.sigma_draws(), dtype=float)
+    if "sigma_run" in fit.tree["posterior"]:
+        sigma = np.hypot(sigma, np.asarray(fit.draws("sigma_run"), dtype=float))
+    return NoiseModel(sigma, priors.likelihood, priors.student_df)
 
 
 def law_log_loss(params: LawParams, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -264,6 +268,73 @@ def predict_table(
         "predictive": summarize(np.exp(pred), levels),
     }
     names = list(mixture_names) if mixture_names is not None else [""] * budgets.size
+    rows = []
+    for b, budget in enumerate(budgets):
+        for i, lang in enumerate(languages):
+            for quantity, summ in summaries.items():
+                row = {
+                    "budget": float(budget),
+                    "mixture": names[b],
+                    "language": lang,
+                    "share": float(r[b, i]),
+                    "quantity": quantity,
+                }
+                row |= {key: float(val[b, i]) for key, val in summ.items()}
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ensemble_table(
+    ens: object,
+    mixtures: np.ndarray,
+    budgets: Sequence[float],
+    *,
+    levels: Sequence[float] = (0.5, 0.9),
+    seed: int = 0,
+    mixture_names: Sequence[str] | None = None,
+    n_samples: int = MIN_PREDICTIVE_SAMPLES,
+) -> pd.DataFrame:
+    """Per-language predictions of a :class:`~climb_bayes.ensemble.LawEnsemble` (the default
+    predictive) at each (mixture, budget) pair.
+
+    Parameters
+    ----------
+    ens : LawEnsemble
+        Laws, weights and discrepancies (:meth:`Fit.ensemble`).
+    mixtures : ndarray (B, m) or (m,)
+        One mixture per row (broadcast to every budget when one is given).
+    budgets : sequence of float
+        One budget (tokens) per row of ``mixtures`` (or a single budget for all rows).
+    levels, seed, mixture_names
+        Interval levels, seed of the predictive draws, label per row.
+    n_samples : int
+        Predictive samples (stacked over laws by weight).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Long table like :func:`predict_table`; ``quantity`` is ``"expected"`` (the laws'
+        prediction: parameter and law uncertainty only) or ``"predictive"`` (one new run:
+        also the extrapolation discrepancy, the run effect and noise).
+    """
+    r = np.atleast_2d(np.asarray(mixtures, dtype=float))
+    budgets = np.asarray([float(b) for b in np.atleast_1d(budgets)])
+    if r.shape[0] == 1 and budgets.size > 1:
+        r = np.repeat(r, budgets.size, axis=0)
+    if budgets.size == 1 and r.shape[0] > 1:
+        budgets = np.repeat(budgets, r.shape[0])
+    if budgets.size != r.shape[0]:
+        raise ClimbError(f"give one budget per mixture: {r.shape[0]} mixtures, {budgets.size}.")
+    if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
+        raise ClimbError(f"budgets must be positive numbers of tokens, got {budgets.tolist()}.")
+    levels = tuple(float(x) for x in levels)
+    law, pred = ens.law_and_predictive_draws(r, budgets, n_samples, seed=seed)
+    summaries = {
+        "expected": summarize(np.exp(law), levels),
+        "predictive": summarize(np.exp(pred), levels),
+    }
+    names = list(mixture_names) if mixture_names is not None else [""] * budgets.size
+    languages = ens.groups
     rows = []
     for b, budget in enumerate(budgets):
         for i, lang in enumerate(languages):

@@ -51,6 +51,8 @@ __all__ = [
     "REGMIX_TOKENS",
     "TOKENS_PER_STEP",
     "FIVE_MIX_GROUPS",
+    "SMALL_MIX_GROUPS",
+    "load_mixinglaws",
 ]
 
 REGMIX_TOKENS = 1e9
@@ -167,27 +169,50 @@ def load_5mix(
     """Data Mixing Laws 5Mix checkpoints, one :class:`Observations` per model size.
 
     Run ids are ``<size>/<mixture id>@<step>``; each checkpoint is its own run with budget
-    ``step * TOKENS_PER_STEP`` (so a holdout on ``tokens`` splits early from late steps).
+    ``step * TOKENS_PER_STEP`` (so a holdout on ``tokens`` splits early from late steps); the
+    checkpoints of one mixture share a ``run_series`` label (one training trajectory).
+    """
+    return load_mixinglaws(root, "5Mix", FIVE_MIX_GROUPS, sizes)
+
+
+SMALL_MIX_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "2Mix": {"Github": ("Github",), "Pile-CC": ("Pile-CC",)},
+    "3Mix": {"Github": ("Github",), "Books3": ("Books3",), "Pile-CC": ("Pile-CC",)},
+}
+"""Training domains of the 2- and 3-domain settings, in the order of their proportion strings
+(``SOURCE.md``); each is scored on its own Pile validation domain."""
+
+
+def load_mixinglaws(
+    root: Path,
+    setting: str,
+    groups_map: dict[str, tuple[str, ...]],
+    sizes: Sequence[str],
+) -> dict[str, Observations]:
+    """Checkpoints of one Data Mixing Laws setting (``5Mix``, ``2Mix``, ``3Mix``) per model size.
+
+    Each group's loss is the ``valid_weight``-weighted mean of its Pile validation domains;
+    checkpoints with a missing domain are dropped; runs with ids above 900 are skipped.
     """
     folder = _require(root / "mixinglaws")
     weights = json.loads(_require(folder / "valid_weight.json").read_text())
     df = pd.read_csv(_require(folder / "mixinglaws_long.csv"), dtype={"step": str})
-    df = df[(df["setting"] == "5Mix") & df["step"].str.isdigit()]
+    df = df[(df["setting"] == setting) & df["step"].str.isdigit()]
     df = df[pd.to_numeric(df["run_id"], errors="coerce") <= 900]
-    sub2group = {s: g for g, subs in FIVE_MIX_GROUPS.items() for s in subs}
+    sub2group = {s: g for g, subs in groups_map.items() for s in subs}
     df = df[df["valid_domain"].isin(sub2group)].copy()
     df["group"] = df["valid_domain"].map(sub2group)
     df["w"] = df["valid_domain"].map(weights).astype(float)
-    groups = tuple(FIVE_MIX_GROUPS)
+    groups = tuple(groups_map)
     out: dict[str, Observations] = {}
     for size in sizes:
         d = df[df["model_size_label"] == size]
         if d.empty:
-            raise ClimbError(f"{folder}: no 5Mix runs for model size {size!r}.")
+            raise ClimbError(f"{folder}: no {setting} runs for model size {size!r}.")
         # complete checkpoints only: every sub-domain of every group present
         n_sub = d.groupby(["run_id", "step", "group"])["valid_domain"].nunique()
         full = n_sub.unstack("group").reindex(columns=groups)
-        need = pd.Series({g: len(s) for g, s in FIVE_MIX_GROUPS.items()})
+        need = pd.Series({g: len(s) for g, s in groups_map.items()})
         complete = full.eq(need).all(axis=1)
         d = d.set_index(["run_id", "step"]).loc[complete[complete].index].reset_index()
         agg = (
@@ -215,5 +240,6 @@ def load_5mix(
             tokens=np.repeat(tokens, m),
             group=np.tile(np.arange(m), n_runs),
             loss=values.ravel(),
+            run_series=pd.factorize(np.array([rid for rid, _s in agg.index]))[0],
         )
     return out

@@ -52,7 +52,13 @@ import xarray as xr
 from climb_bayes.errors import ClimbError
 from climb_bayes.fitresult import Fit
 from climb_bayes.law import LawParams, log_loss
-from climb_bayes.model import LATENT_SITES, climb_model, model_data, model_trace
+from climb_bayes.model import (
+    LATENT_SITES,
+    climb_model,
+    model_data,
+    model_trace,
+    weighted_log_likelihood,
+)
 from climb_bayes.nuts import NutsConfig
 from climb_bayes.priors import Priors
 
@@ -168,22 +174,35 @@ def log_prior_tree(fit: Fit) -> xr.DataTree:
     tree = fit.tree.copy()
     tree["log_prior"] = xr.DataTree(ds)
     if "log_likelihood" not in tree.children:
-        ll = _pointwise_loglik(fit, fit.runs)
+        ll = _run_loglik_draws(fit, fit.runs)
         tree["log_likelihood"] = xr.DataTree(
-            xr.Dataset({"log_loss": (("chain", "draw", "obs"), ll)}, coords=ds.coords)
+            xr.Dataset({"log_loss": (("chain", "draw", "run"), ll)}, coords=ds.coords)
         )
     return tree
 
 
-def _pointwise_loglik(fit: Fit, runs: Any) -> np.ndarray:
-    """Pointwise log-likelihood ``(chain, draw, obs)`` of ``runs`` under the fit's draws."""
+def _run_loglik_draws(fit: Fit, runs: Any) -> np.ndarray:
+    """Log-likelihood of each run given the others, ``(chain, draw, n_runs)``.
+
+    ``log p(y) - log p(y without run r)``: with independent points the sum of the run's pointwise
+    terms; with grouped noise the conditional density of the run's points given the rest of their
+    group (exact for runs that share a mixture trajectory).
+    """
     post = fit.tree["posterior"]
     shape = (post.sizes["chain"], post.sizes["draw"])
     priors = fit.priors
     data = model_data(runs, priors, d_ref=fit.d_ref)
     samples = {k: jnp.asarray(v) for k, v in _latent_draws(fit).items()}
-    ll = numpyro.infer.log_likelihood(climb_model, samples, data, priors)["log_loss"]
-    return np.asarray(ll).reshape(shape + (-1,))
+    obs_run = jnp.asarray(runs.obs_run)
+    ones = jnp.ones(runs.n_obs)
+
+    def per_draw(sample: dict, w: jax.Array) -> jax.Array:
+        return weighted_log_likelihood(sample, data, priors, w)
+
+    batch = jax.jit(jax.vmap(per_draw, in_axes=(0, None)))
+    full = batch(samples, ones)
+    out = [full - batch(samples, (obs_run != r).astype(float)) for r in range(runs.n_runs)]
+    return np.stack([np.asarray(x) for x in out], axis=-1).reshape(shape + (runs.n_runs,))
 
 
 def prior_sensitivity(fit: Fit, threshold: float = 0.05) -> dict[str, Any]:
@@ -219,28 +238,14 @@ def prior_sensitivity(fit: Fit, threshold: float = 0.05) -> dict[str, Any]:
 
 # -- per-run log-likelihood and PSIS-LOO ----------------------------------------------------------
 def run_loglik(fit: Fit, runs: Any = None) -> np.ndarray:
-    """Log-likelihood of every run under every posterior draw, ``(chain, draw, n_runs)``.
+    """Log-likelihood of every run (given the other runs) under every posterior draw,
+    ``(chain, draw, n_runs)``.
 
     With ``runs`` (a :class:`~climb_bayes.runs.RunsData` with the fit's runs and languages),
     the observations are taken from it instead of the fit: a way to ask how a changed run
     would look to this posterior.
     """
-    post = fit.tree["posterior"]
-    shape = (post.sizes["chain"], post.sizes["draw"])
-    if runs is None and "log_likelihood" not in fit.tree.children:
-        runs = fit.runs  # NUTS trees from from_numpyro may lack the group: recompute it
-    if runs is None:
-        ll = np.asarray(fit.tree["log_likelihood"]["log_loss"].values)
-        obs_run = np.asarray(fit.tree["constant_data"]["obs_run"].values)
-        n_runs = fit.tree["constant_data"].sizes["run"]
-    else:
-        ll = _pointwise_loglik(fit, runs)
-        obs_run = np.asarray(runs.obs_run)
-        n_runs = runs.n_runs
-    out = np.zeros(shape + (n_runs,))
-    for r in range(n_runs):
-        out[..., r] = ll[..., obs_run == r].sum(axis=-1)
-    return out
+    return _run_loglik_draws(fit, fit.runs if runs is None else runs)
 
 
 def run_pareto_k(fit: Fit, loglik: np.ndarray | None = None) -> tuple[np.ndarray, float]:
@@ -301,13 +306,15 @@ def _refit_group(
     flat0, unravel = ravel_pytree(u0)
     potential = info.potential_fn
 
-    def loglik(u: dict) -> jax.Array:
+    ones = jnp.ones(runs.n_obs)
+
+    def loglik(u: dict, w: jax.Array) -> jax.Array:
         c = constrain_fn(climb_model, (data, priors), {}, u)
-        return numpyro.infer.log_likelihood(climb_model, c, data, priors, batch_ndims=0)["log_loss"]
+        return weighted_log_likelihood(c, data, priors, w)
 
     def objective(x: jax.Array, w: jax.Array) -> jax.Array:
         u = unravel(x)
-        return potential(u) + jnp.sum((1.0 - w) * loglik(u))
+        return potential(u) + loglik(u, ones) - loglik(u, w)
 
     vg = jax.jit(jax.value_and_grad(objective))
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from climb_bayes.errors import RunsFormatError
 
-__all__ = ["RunsData", "read_runs", "runs_from_frame", "DEFAULT_TAIL_START"]
+__all__ = ["RunsData", "read_runs", "runs_from_frame", "dense_groups", "DEFAULT_TAIL_START"]
 
 DEFAULT_TAIL_START = 0.85
 """Default start of the fitted tail, as a fraction of each run's budget (last 15% of training)."""
@@ -58,6 +58,20 @@ _RENORM_HINT = "--renormalize (renormalize=True)"
 # --------------------------------------------------------------------------------------------
 # RunsData
 # --------------------------------------------------------------------------------------------
+
+
+def dense_groups(*keys: np.ndarray) -> np.ndarray:
+    """Dense ids ``0..G-1`` of the distinct rows of ``keys`` (in order of first appearance).
+
+    ``dense_groups(series_of_obs, language_of_obs)`` labels the (trajectory, language) groups
+    whose observations share a run effect.
+    """
+    stacked = np.stack([np.asarray(k, dtype=np.int64).ravel() for k in keys], axis=1)
+    if stacked.shape[0] == 0:
+        return np.zeros(0, dtype=np.int32)
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))
+    return rank[np.asarray(inverse).ravel()].astype(np.int32)
 
 
 def _frozen_array(x: object, dtype: type, name: str, ndim: int) -> np.ndarray:
@@ -126,6 +140,11 @@ class RunsData:
         recompute it). ``None`` when unknown.
     run_n_dropped_head : numpy.ndarray or None
         ``(n_runs,)`` per-run count behind ``n_points_dropped_head``. ``None`` when unknown.
+    run_series : numpy.ndarray or None
+        ``(n_runs,)`` int64 label of the training trajectory each run belongs to. Runs with
+        the same label are checkpoints of one training run (their losses share that run's
+        deviation from the law, see :mod:`climb_bayes.observation`). ``None``: every run is its
+        own trajectory (the runs of a sweep).
     """
 
     languages: tuple[str, ...]
@@ -146,6 +165,7 @@ class RunsData:
     tail_start: float = DEFAULT_TAIL_START
     point_n_excluded: np.ndarray | None = field(default=None, repr=False)
     run_n_dropped_head: np.ndarray | None = field(default=None, repr=False)
+    run_series: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -199,6 +219,11 @@ class RunsData:
             if arr.shape != (n_runs,):
                 raise ValueError("RunsData.run_n_dropped_head must have one entry per run")
             set_(self, "run_n_dropped_head", arr)
+        if self.run_series is not None:
+            arr = _frozen_array(self.run_series, np.int64, "run_series", 1)
+            if arr.shape != (n_runs,):
+                raise ValueError("RunsData.run_series must have one entry per run")
+            set_(self, "run_series", arr)
 
     # ---------------------------------------------------------------- construction helpers
 
@@ -291,6 +316,20 @@ class RunsData:
     def obs_tokens(self) -> np.ndarray:
         """``(N,)`` tokens seen (``D``) of each observation."""
         return self.point_tokens[self.obs_point]
+
+    @property
+    def series(self) -> np.ndarray:
+        """``(n_runs,)`` trajectory label of each run (:attr:`run_series`, or one per run)."""
+        return np.arange(self.n_runs) if self.run_series is None else self.run_series
+
+    @property
+    def obs_group(self) -> np.ndarray:
+        """``(N,)`` dense id of each observation's (trajectory, language) group.
+
+        The observations of one group share a run-level effect in the likelihood
+        (:class:`climb_bayes.observation.GroupedNoise`).
+        """
+        return dense_groups(self.series[self.obs_run], self.obs_language)
 
     # ---------------------------------------------------------------- reporting
 
@@ -472,6 +511,7 @@ class RunsData:
             tail_start=self.tail_start,
             point_n_excluded=point_excl,
             run_n_dropped_head=run_head,
+            run_series=None if self.run_series is None else self.run_series[idx],
         )
 
 

@@ -77,10 +77,13 @@ def test_90pct_intervals_cover_true_parameters(fit, world):
     for name, truth in (("B", world.B), ("beta", world.beta), ("E", world.E), ("eta", world.eta)):
         cov = _covered(fit.draws(name), truth)
         assert cov.all(), f"{name}: truth {truth} not in 90% interval for {np.flatnonzero(~cov)}"
+    # b and k pooled: 12 off-diagonal values. A calibrated 90% posterior covers all 6 of one
+    # family only with probability 0.53, >= 10 of 12 with probability 0.89; the natural-scale
+    # transfer prior this replaced covered 45% of b on the synthetic world (docs/model.md).
     off = ~np.eye(len(LANGS), dtype=bool)
-    for name, truth in (("b", world.b), ("k", world.k)):
-        rate = _covered(fit.draws(name), truth)[off].mean()
-        assert rate >= 0.85, f"{name}: only {rate:.0%} of true values inside 90% intervals"
+    hits = [_covered(fit.draws(n), t)[off] for n, t in (("b", world.b), ("k", world.k))]
+    rate = np.concatenate(hits).mean()
+    assert rate >= 10 / 12, f"b, k: only {rate:.0%} of true values inside 90% intervals"
 
 
 def test_extrapolation_to_10x_budget_within_tolerance(fit, world):

@@ -11,6 +11,7 @@ from climb_bayes.laws.climb import ClimbLaw, lawfit_from_fit
 from climb_bayes.laws.dml import DMLLaw, full_t
 from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.laws.msl import MSLLaw, family_matrix, optimal_mixture, read_families
+from climb_bayes.predictive import predictive_samples
 
 GROUPS = ("a", "b", "c")
 D_REF = 1e9
@@ -156,7 +157,7 @@ def test_nuts_on_a_tiny_model():
     assert fit.method == "nuts" and fit.n_draws == 150
     assert fit.sigma.shape == (150, 3)
     assert np.allclose(np.median(fit.draws["beta"], axis=0), truth["beta"], atol=0.1)
-    samples = fit.predictive_samples(obs, 200)
+    samples = predictive_samples(fit, obs, 200)
     assert samples.shape == (200, obs.n)
 
 

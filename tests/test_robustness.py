@@ -83,20 +83,25 @@ def test_planted_outlier_run_gets_high_pareto_k_and_moves_rstar(nuts_fit3):
     assert variant["variant"] == f"without {runs.run_ids[target]}"
     moved = variant["rstar_shift"]
 
+    # The run is flagged, but it barely moves r*: the grouped Student-t likelihood treats the
+    # run's 15% offset as one run-level deviation and down-weights the run as a whole
+    # (measured 0.010; with independent points it moved r* by more than twice what dropping a
+    # clean run does, ~0.03-0.06 in this world).
+    assert moved < 0.03
     weights = np.ones(len(runs.run_ids))
     weights[target] = 0.0
     full = mode_refit(nuts_fit3)
     dropped = mode_refit(nuts_fit3, weights=weights[np.asarray(runs.obs_run)])
-    clean_move = float(np.max(np.abs(np.subtract(dropped["rstar"], full["rstar"]))))
-    assert moved > 2 * clean_move
+    assert dropped["converged"] and full["converged"]
+    assert not np.allclose(dropped["rstar"], full["rstar"])  # the weights reach the refit
 
 
 def test_log_prior_group_and_psense(nuts_fit3):
     tree = log_prior_tree(nuts_fit3)
     lp = tree["log_prior"]
-    assert {"beta", "eta", "sigma", "b_offdiag", "kappa_offdiag", "log_A_log_E"} <= set(
-        lp.data_vars
-    )
+    # the transfer priors sit on the saturated transfer (the default transfer_prior)
+    expected = {"beta", "eta", "sigma", "sigma_run", "b_saturated", "kappa_saturated"}
+    assert expected | {"log_A_log_E"} <= set(lp.data_vars)
     assert lp["beta"].dims == ("chain", "draw")
     assert np.isfinite(lp["beta"].values).all()
     res = prior_sensitivity(nuts_fit3)

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from training.presets import PRESETS
+
 __all__ = ["train", "TrainingClickError"]
 
 
@@ -69,7 +71,7 @@ def _slurm_value(v: str) -> Any:
 @click.option(
     "--preset",
     default="tiny",
-    type=click.Choice(["micro", "tiny", "small", "paper-1.2b", "7b"]),
+    type=click.Choice(list(PRESETS)),
     help="Model preset (sets defaults for the options below).",
 )
 @click.option(
@@ -184,6 +186,14 @@ def _slurm_value(v: str) -> Any:
     help="Wait for the array and write the table (or return after submitting).",
 )
 @click.option("--max-runs", type=int, default=None, help="Train at most N pending runs now.")
+@click.option(
+    "--jobs",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Local launcher: train up to N runs at once, each in its own process (e.g. --jobs 2 "
+    "--threads 1 on a 2-core machine).",
+)
 def train(**kw: Any) -> None:
     """Train the runs of a plan and write their runs table (long form, with loss curves).
 
@@ -248,6 +258,7 @@ def _train(**kw: Any) -> None:
         slurm_params=slurm_params,
         slurm_wait=kw["slurm_wait"],
         max_runs=kw["max_runs"],
+        jobs=kw["jobs"],
     )
     click.echo(
         f"{res.finished} finished, {res.pending} pending runs; table {res.table}, "

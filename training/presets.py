@@ -52,6 +52,8 @@ PRESETS: dict[str, Preset] = {
     for p in [
         Preset("micro", 32, 88, 2, 2, 256, seq_len=32, batch_size=8, micro_batch_size=8,
                lr=3e-3, vocab_size=512, val_tokens=512),
+        Preset("mini", 64, 176, 4, 2, 256, seq_len=64, batch_size=4, micro_batch_size=4,
+               lr=3e-3, vocab_size=1024, val_tokens=6144),
         Preset("tiny", 128, 352, 4, 4, 512, seq_len=128, batch_size=16, micro_batch_size=16,
                lr=2e-3, vocab_size=4096, val_tokens=16384),
         Preset("small", 512, 1376, 8, 8, 1024, seq_len=1024, batch_size=64, micro_batch_size=16,

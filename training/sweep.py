@@ -198,6 +198,7 @@ def run_sweep(
     slurm_cluster: str | None = None,
     slurm_wait: bool = True,
     max_runs: int | None = None,
+    jobs: int = 1,
     log: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Train every unfinished run of a plan and write the runs table.
@@ -226,6 +227,10 @@ def run_sweep(
         ``slurm_cluster`` forces a submitit cluster (``"debug"`` runs in this process; tests).
     max_runs
         Train at most this many runs now (the others stay pending).
+    jobs
+        With the local launcher, train up to this many runs at once, each in its own process
+        (``python -m training.worker``; give ``options.threads`` so that ``jobs * threads``
+        matches the cores). 1 trains in this process, one run after another.
     log
         Progress callback (default: stderr).
 
@@ -242,6 +247,8 @@ def run_sweep(
     from training.dataset import prepare_data
 
     opts = options or RunOptions()
+    if jobs < 1:
+        raise TrainingError(f"--jobs must be >= 1, got {jobs}. Fix: e.g. --jobs 2 --threads 1.")
     pre = get_preset(preset)
     seq_len = seq_len or pre.seq_len
     if seq_len > pre.max_positions:
@@ -328,6 +335,8 @@ def run_sweep(
     if use_slurm and todo:
         trained = _run_slurm(todo, data.path, out, opts, slurm_params or {}, slurm_cluster,
                              slurm_wait, nproc, log)  # fmt: skip
+    elif launcher == "local" and jobs > 1 and todo:
+        trained = _run_parallel(todo, data.path, opts, jobs, log)
     else:
         for i, (cfg, rdir) in enumerate(todo, start=1):
             log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name})")
@@ -355,6 +364,47 @@ def run_sweep(
         f"skipped, {pending} pending) in {wall:.1f}s -> {table}"
     )
     return SweepResult(table, records, finished, trained, skipped, pending, wall, run_dirs)
+
+
+def _run_parallel(
+    todo: list[tuple[RunConfig, Path]],
+    data_dir: Path,
+    opts: RunOptions,
+    jobs: int,
+    log: Callable[[str], None],
+) -> int:
+    """Train runs in up to ``jobs`` worker processes at once; returns the runs that finished.
+
+    Each run is ``python -m training.worker SPEC`` (the same entry point torchrun and Slurm
+    use), its output prefixed by nothing and passed through. A failed run is reported and the
+    others go on; running the sweep again resumes it from its checkpoint.
+    """
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    queue = list(enumerate(todo, start=1))
+    running: list[tuple[subprocess.Popen, RunConfig, Path]] = []
+    done = failed = 0
+    while queue or running:
+        while queue and len(running) < jobs:
+            i, (cfg, rdir) = queue.pop(0)
+            log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name}) in a worker process")
+            spec = _write_spec(cfg, data_dir, rdir, opts)
+            cmd = [sys.executable, "-m", "training.worker", str(spec)]
+            running.append((subprocess.Popen(cmd, env=env), cfg, rdir))
+        time.sleep(0.5)
+        still = []
+        for proc, cfg, rdir in running:
+            rc = proc.poll()
+            if rc is None:
+                still.append((proc, cfg, rdir))
+            elif is_finished(rdir):
+                done += 1
+            else:
+                failed += 1
+                log(f"run {cfg.run_id} failed (exit code {rc}); run the sweep again to resume it")
+        running = still
+    if failed:
+        log(f"sweep: {failed} runs failed in worker processes")
+    return done
 
 
 def _default_nproc() -> int:

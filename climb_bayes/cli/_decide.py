@@ -17,6 +17,7 @@ from climb_bayes.errors import ClimbError
 
 __all__ = [
     "echo_err",
+    "predictive_line",
     "parse_budget",
     "parse_budgets",
     "parse_levels",
@@ -186,3 +187,22 @@ def enable_compile_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     except Exception:  # noqa: BLE001 - a cache is an optimisation only
         pass
+
+
+def predictive_line(ens: object) -> str:
+    """One line naming the predictive: the stacked laws and weights, or the single law."""
+    note = ens.lfo.get("note") if isinstance(ens.lfo, dict) else None
+    if len(ens.weights) == 1:
+        line = f"predictive: {next(iter(ens.weights))} alone"
+    else:
+        order = sorted(ens.weights, key=lambda k: -ens.weights[k])
+        line = (
+            "predictive: stacked laws ("
+            + ", ".join(f"{k} {ens.weights[k]:.2f}" for k in order)
+            + f"; {ens.weight_method}); --law NAME for one law"
+        )
+    disc = [k for k, f in ens.fits.items() if f.discrepancy is not None]
+    if disc:
+        src = {ens.fits[k].discrepancy.source for k in disc}
+        line += "; extrapolation discrepancy from " + "/".join(sorted(src))
+    return line + (f"\nnote: {note}" if note else "")

@@ -42,6 +42,29 @@ def _echo(msg: str) -> None:
     help="Hold out all runs of K random mixtures (see --seed).",
 )
 @click.option(
+    "--lfo",
+    "lfo",
+    is_flag=True,
+    help="Nested leave-future-out instead of a holdout: for each cut, run the whole `fit` "
+    "pipeline (every law, inner-LFO discrepancy, stacking) on the budgets up to the cut and "
+    "score the larger ones; prints coverage, CRPS and MRE per extrapolation ratio.",
+)
+@click.option(
+    "--lfo-folds",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Most outer cuts of --lfo (spread from the earliest to the latest).",
+)
+@click.option(
+    "--inner-lfo",
+    type=click.Choice(["laplace", "nuts", "map", "none"]),
+    default="laplace",
+    show_default=True,
+    help="Inner leave-future-out refits of --lfo that calibrate each law's discrepancy "
+    "(as `fit --lfo`).",
+)
+@click.option(
     "--laws",
     "laws_spec",
     default="climb,isolated,msl,dml",
@@ -50,10 +73,11 @@ def _echo(msg: str) -> None:
 )
 @click.option(
     "--method",
-    type=click.Choice(["map", "nuts"]),
+    type=click.Choice(["map", "nuts", "laplace"]),
     default="map",
     show_default=True,
-    help="Point fit (multi-start Huber L-BFGS) or posterior (NUTS) for every law.",
+    help="Point fit (multi-start Huber L-BFGS), posterior (NUTS) or Laplace approximation at "
+    "the posterior mode, for every law.",
 )
 @click.option(
     "--families",
@@ -108,6 +132,9 @@ def evaluate(
     holdout_expr: str | None,
     holdout_runs: Path | None,
     holdout_mixtures: int | None,
+    lfo: bool,
+    lfo_folds: int,
+    inner_lfo: str,
     laws_spec: str,
     method: str,
     families_file: Path | None,
@@ -140,11 +167,11 @@ def evaluate(
     from climb_bayes.priors import load_priors
     from climb_bayes.runs import read_runs
 
-    chosen = [x is not None for x in (holdout_expr, holdout_runs, holdout_mixtures)]
+    chosen = [x is not None for x in (holdout_expr, holdout_runs, holdout_mixtures)] + [lfo]
     if sum(chosen) != 1:
         raise ClimbError(
-            "give exactly one of --holdout EXPR, --holdout-runs FILE or --holdout-mixtures K "
-            "(e.g. --holdout 'tokens>=5e10')."
+            "give exactly one of --holdout EXPR, --holdout-runs FILE, --holdout-mixtures K "
+            "or --lfo (e.g. --holdout 'tokens>=5e10')."
         )
     if n_starts < 1:
         raise ClimbError(f"--n-starts must be >= 1, got {n_starts}.")
@@ -155,6 +182,12 @@ def evaluate(
     priors = load_priors(priors_file)
     langs = [s.strip() for s in languages.split(",")] if languages else None
     runs = read_runs(runs_file, tail_start=tail_start, renormalize=renormalize, languages=langs)
+    options = FitOptions(
+        seed=seed, n_starts=n_starts, chains=chains, warmup=warmup, samples=samples, priors=priors
+    )
+    if lfo:
+        _evaluate_lfo(runs, laws, options, method, lfo_folds, inner_lfo, as_json, out)
+        return
     if holdout_expr is not None:
         mask = holdout_mask(runs, holdout_expr)
         how = f"--holdout {holdout_expr!r}"
@@ -181,9 +214,6 @@ def evaluate(
             f"({test_runs.n_excluded_zero_share} in held-out runs); CLIMB-family laws "
             "predict an unbounded loss there"
         )
-    options = FitOptions(
-        seed=seed, n_starts=n_starts, chains=chains, warmup=warmup, samples=samples, priors=priors
-    )
     rows, _fits = run_evaluation(
         fit_obs, test_obs, laws, method=method, options=options, dataset=str(runs_file), log=_echo
     )
@@ -213,4 +243,54 @@ def evaluate(
                 "coverage/cal.err/CRPS/LPD of MAP fits use a plug-in predictive "
                 "(noise only, no parameter uncertainty)."
             )
+    sys.stdout.flush()
+
+
+def _evaluate_lfo(
+    runs: object,
+    laws: list,
+    options: object,
+    method: str,
+    lfo_folds: int,
+    inner_lfo: str,
+    as_json: bool,
+    out: Path | None,
+) -> None:
+    """``evaluate --lfo``: nested leave-future-out over the budgets of ``runs``."""
+    from climb_bayes.ensemble import EnsembleOptions
+    from climb_bayes.laws.base import Observations
+    from climb_bayes.lfo_evaluate import evaluate_lfo, format_lfo_table
+
+    obs = Observations.from_runs(runs)
+    _echo(
+        f"{runs.source}: {runs.n_languages} groups ({', '.join(runs.languages)}), "
+        f"{runs.n_runs} runs; nested leave-future-out, outer fits by {method}, inner "
+        f"discrepancy folds by {inner_lfo}"
+    )
+    result = evaluate_lfo(
+        obs,
+        laws,
+        options,
+        EnsembleOptions(method=method, lfo=inner_lfo),
+        max_folds=lfo_folds,
+        log=_echo,
+    )
+    payload = {
+        "runs_file": str(runs.source),
+        "method": method,
+        "inner_lfo": inner_lfo,
+        "folds": result.folds,
+        "rows": [
+            {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
+            | {k: v for k, v in r.metrics.items() if k != "r2_group"}
+            for r in result.rows
+        ],
+    }
+    text = json.dumps(payload, indent=1, default=float)
+    if out is not None:
+        from climb_bayes.atomic import atomic_write_text
+
+        atomic_write_text(out, text + "\n")
+        _echo(f"wrote {out}")
+    click.echo(text if as_json else format_lfo_table(result))
     sys.stdout.flush()

@@ -93,6 +93,30 @@ def _echo(msg: str) -> None:
     help="Shipped dataset to fit when RUNS_FILE is omitted.",
 )
 @click.option(
+    "--laws",
+    "laws_spec",
+    default="climb,msl,dml,isolated",
+    show_default=True,
+    help="Laws fitted and stacked into the default predictive (must include climb). "
+    "--laws climb fits CLIMB alone.",
+)
+@click.option(
+    "--lfo",
+    type=click.Choice(["laplace", "nuts", "map", "none"]),
+    default="laplace",
+    show_default=True,
+    help="Leave-future-out refits inside the data (when it has >= 3 budgets), which calibrate "
+    "each law's extrapolation discrepancy and the stacking weights: Laplace approximations "
+    "(seconds), short NUTS runs (minutes), point fits, or none (discrepancy from its prior).",
+)
+@click.option(
+    "--families",
+    "families_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Group -> family file (CSV group,family or JSON) for MSL's per-family form.",
+)
+@click.option(
     "--strict", is_flag=True, help="Exit with code 3 if R-hat > 1.01, ESS < 400 or any divergence."
 )
 @click.option(
@@ -117,6 +141,9 @@ def fit(
     renormalize,
     languages,
     dataset,
+    laws_spec,
+    lfo,
+    families_file,
     strict,
     progress,
 ):
@@ -126,9 +153,12 @@ def fit(
     prints the diagnostics and a parameter summary.
     """
     from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
+    from climb_bayes.ensemble import EnsembleOptions
     from climb_bayes.errors import ConvergenceError
-    from climb_bayes.fitting import fit_runs
+    from climb_bayes.laws.msl import read_families
+    from climb_bayes.laws.registry import parse_laws
     from climb_bayes.nuts import NutsConfig
+    from climb_bayes.pipeline import fit_runs_ensemble
     from climb_bayes.priors import load_priors
     from climb_bayes.runs import read_runs
 
@@ -154,8 +184,20 @@ def fit(
         progress_bar=progress,
         blocks=blocks,
     )
-    result = fit_runs(
-        runs, priors, method=method, config=config, seed=seed, data_label=label, log=_echo
+    families = read_families(families_file) if families_file else None
+    law_names = [x.strip() for x in laws_spec.split(",") if x.strip()]
+    parse_laws(",".join(law_names), families=families)  # validates names early
+    result = fit_runs_ensemble(
+        runs,
+        priors,
+        method=method,
+        config=config,
+        laws=law_names,
+        ensemble=EnsembleOptions(method=method, lfo=lfo),
+        seed=seed,
+        families=families,
+        data_label=label,
+        log=_echo,
     )
     result.save(out)
     click.echo(_summary_text(result))
@@ -195,6 +237,7 @@ def _summary_text(result) -> str:
     B, beta, E, eta = (result.draws(n) for n in ("B", "beta", "E", "eta"))
     for i, lang in enumerate(result.languages):
         lines.append(f"{lang:<10}{cell(B[:, i])}{cell(beta[:, i])}{cell(E[:, i])}{cell(eta[:, i])}")
+    lines += _ensemble_lines(result)
     b = result.draws("b")
     med = np.median(b, axis=0)
     lines += ["", "transfer b[source -> target] (posterior median; rows = source):"]
@@ -205,6 +248,56 @@ def _summary_text(result) -> str:
         )
         lines.append(f"{src:<10}{row}")
     return "\n".join(lines)
+
+
+def _ensemble_lines(result) -> list[str]:
+    """The default predictive: stacking weights, the inner LFO check and the discrepancy."""
+    import json
+
+    import numpy as np
+
+    weights_text = result.attrs.get("stacking_weights")
+    if not weights_text:
+        return []
+    weights = json.loads(weights_text)
+    method = result.attrs.get("weight_method", "")
+    how = {
+        "lfo-stacking": "stacked by their leave-future-out log score",
+        "loo-stacking": "stacked by PSIS-LOO (one budget: extrapolation cannot be checked)",
+        "single": "one law",
+    }.get(method, method)
+    order = sorted(weights, key=lambda k: -weights[k])
+    lines = [
+        "",
+        f"default predictive (predict, optimize, suggest, report): {len(weights)} law(s) {how}",
+        "  weights: " + ", ".join(f"{k} {weights[k]:.2f}" for k in order),
+    ]
+    lfo = json.loads(result.attrs.get("lfo_summary", "{}"))
+    rows = [
+        (k, lfo[k]) for k in order if isinstance(lfo.get(k), dict) and "with_discrepancy" in lfo[k]
+    ]
+    if rows:
+        folds = rows[0][1].get("folds", 0)
+        lines.append(
+            f"  leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
+            "the larger; coverage of 50%/90% intervals without -> with discrepancy, the latter "
+            "in-sample for the discrepancy; `evaluate --lfo` gives the out-of-sample check):"
+        )
+        for k, r in rows:
+            a, b = r["without_discrepancy"], r["with_discrepancy"]
+            lines.append(
+                f"    {k:<10} n={r['n']:<5} MRE {b['mre']:.1%}  cov50 {a['cov50']:.2f} -> "
+                f"{b['cov50']:.2f}  cov90 {a['cov90']:.2f} -> {b['cov90']:.2f}"
+            )
+    disc = result.discrepancy("climb")
+    if disc is not None:
+        tau = np.median(disc.tau, axis=0)
+        src = "learned from leave-future-out residuals" if disc.source == "lfo" else "its prior"
+        lines.append(
+            f"  CLIMB extrapolation discrepancy ({src}): sd per unit log D (e-fold of budget) "
+            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, tau, strict=True))
+        )
+    return lines
 
 
 @click.command()

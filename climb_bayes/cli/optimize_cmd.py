@@ -18,6 +18,7 @@ from climb_bayes.cli._decide import (
     parse_budget,
     parse_budgets,
     parse_levels,
+    predictive_line,
     render_table,
     write_frame,
     write_json,
@@ -100,6 +101,13 @@ __all__ = ["optimize"]
     help="Group -> family file (CSV group,family or JSON) for the MSL baseline's per-family form.",
 )
 @click.option(
+    "--law",
+    "law_name",
+    default=None,
+    help="Decide under one law of the fit (e.g. climb) instead of the default stacked "
+    "predictive (all laws by their stacking weights, with their extrapolation discrepancy).",
+)
+@click.option(
     "-o",
     "--out",
     default=None,
@@ -130,6 +138,7 @@ def optimize(
     max_draws: int | None,
     baselines: bool,
     families: Path | None,
+    law_name: str | None,
     out: Path | None,
     draws_out: Path | None,
 ) -> None:
@@ -173,6 +182,9 @@ def optimize(
     for b in budgets:  # fail early, before any solving, on infeasible constraints
         cons.bounds(b)
     law = thin_draws(fit.law_draws(), max_draws)
+    ens = fit.ensemble()
+    if law_name is not None:
+        ens = ens.only(law_name.strip().lower())
     enable_compile_cache()
     msl = None
     if baselines:
@@ -200,8 +212,11 @@ def optimize(
         tau=tau,
         msl=msl,
         progress=echo_err,
+        ensemble=ens,
+        n_decision_draws=law.beta.shape[0],
     )
     click.echo(fit_header(fit, fit_file))
+    click.echo(predictive_line(ens))
     click.echo(
         "weights: "
         + ", ".join(f"{k}={v:.3g}" for k, v in zip(langs, w, strict=True))
@@ -243,6 +258,7 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
         f"({res.recommended_name}) "
         + ", ".join(f"{k}={v:.3f}" for k, v in zip(res.languages, res.recommended, strict=True))
     )
+    q = [(1 - top) / 2, (1 + top) / 2]
     rows = []
     for i, lang in enumerate(res.languages):
         d = res.direct[:, i]
@@ -250,11 +266,13 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
         row = [lang, f"{res.weights[i]:.3f}", f"{res.recommended[i]:.3f}"]
         if res.risk_averse is not None:
             row.append(f"{res.bayes[i]:.3f}")
+        if res.stacked is not None:
+            row.append(fmt_interval(*np.quantile(res.stacked[:, i], q), digits=3))
         row += [
             f"{np.median(d):.3f}",
-            fmt_interval(*np.quantile(d, [(1 - top) / 2, (1 + top) / 2]), digits=3),
+            fmt_interval(*np.quantile(d, q), digits=3),
             f"{np.median(t):.3f}",
-            fmt_interval(*np.quantile(t, [(1 - top) / 2, (1 + top) / 2]), digits=3),
+            fmt_interval(*np.quantile(t, q), digits=3),
             f"[{res.lo[i]:.3g}, {res.hi[i]:.3g}]",
         ]
         rows.append(row)
@@ -262,12 +280,16 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
     header = ["language", "weight", "recommended"]
     if res.risk_averse is not None:
         header.append("bayes")
-    header += ["r* median", f"r* {pct}", "two-step median", f"two-step {pct}", "bounds"]
+    if res.stacked is not None:
+        header.append(f"r* {pct} (default)")
+    header += ["CLIMB r*", f"CLIMB r* {pct}", "two-step", f"two-step {pct}", "bounds"]
     click.echo(render_table(rows, header))
     gap = res.two_step_loss - res.direct_loss
     click.echo(
-        f"  r* = direct minimiser per draw; two-step = paper (rho={res.rho:g}); its weighted "
-        f"loss is {np.median(gap):.2e} nats above r* (median over draws)."
+        f"  decisions and comparisons under: {res.predictive}. r* (default) = per-draw optimum "
+        "under it (laws, posterior draws and extrapolation discrepancy); CLIMB r* = direct "
+        f"minimiser per CLIMB posterior draw; two-step = paper (rho={res.rho:g}), its weighted "
+        f"loss {np.median(gap):.2e} nats above CLIMB r* (median over draws)."
     )
     if res.risk_averse is not None:
         click.echo(
@@ -294,6 +316,18 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
             ["mixture", "expected", f"{pct} interval", "excess", "P(rec. better)", "note"],
         )
     )
+    small = [
+        c.name
+        for c in res.comparisons[1:]
+        if np.isfinite(c.excess) and abs(c.excess) < res.gain_noise
+    ]
+    if small:
+        click.echo(
+            f"  note: the expected gain over {', '.join(small)} is smaller than the spread of "
+            f"the loss difference across the predictive ({res.gain_noise:.4f} nats, sd; "
+            "extrapolation discrepancy included): the recommendation is not reliably better "
+            "there; P(rec. better) says how often it is."
+        )
     for name, why in res.skipped.items():
         click.echo(f"  skipped {name}: {why}")
 

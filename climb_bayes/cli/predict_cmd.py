@@ -16,6 +16,7 @@ from climb_bayes.cli._decide import (
     parse_budget,
     parse_budgets,
     parse_levels,
+    predictive_line,
     render_table,
     write_frame,
 )
@@ -56,6 +57,12 @@ __all__ = ["predict"]
     show_default=True,
     help="Epoch cap where the file has none.",
 )
+@click.option(
+    "--law",
+    "law_name",
+    default=None,
+    help="Predict with one law of the fit (e.g. climb) instead of the default stacked predictive.",
+)
 @click.option("--max-draws", type=int, default=None, help="Use at most this many posterior draws.")
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the observation-noise draws."
@@ -75,6 +82,7 @@ def predict(
     levels: str,
     available: Path | None,
     max_epochs: float,
+    law_name: str | None,
     max_draws: int | None,
     seed: int,
     out: Path | None,
@@ -92,7 +100,7 @@ def predict(
     from climb_bayes.law import LawParams
     from climb_bayes.mixtures import resolve_mixture
     from climb_bayes.optimize import thin_index
-    from climb_bayes.predict import NoiseModel, noise_model, predict_table
+    from climb_bayes.predict import ensemble_table
 
     if (budget is None) == (budgets_text is None):
         raise ClimbError("give exactly one of --budget (one target) or --budgets (a trajectory).")
@@ -101,25 +109,26 @@ def predict(
     fit = load_fit_checked(fit_file)
     langs = fit.languages
     avail = read_availability(available, langs, default_epochs=max_epochs) if available else None
-    law = fit.law_draws()
-    nm = noise_model(fit)
+    ens = fit.ensemble()
+    if law_name is not None:
+        ens = ens.only(law_name.strip().lower())
     idx = thin_index(fit.n_draws, max_draws)
-    law = LawParams(*(np.asarray(x)[idx] for x in law))
-    nm = NoiseModel(nm.sigma[idx], nm.likelihood, nm.df)
+    law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
     mixes = [
         resolve_mixture(mixture, langs, budget=b, availability=avail, law=law) for b in budgets
     ]
-    table = predict_table(
-        law,
-        nm,
-        langs,
+    n_samples = 4000 if max_draws is None else max(max_draws, 200)
+    table = ensemble_table(
+        ens,
         np.stack([m.shares for m in mixes]),
         budgets,
         levels=lv,
         seed=seed,
         mixture_names=[m.name for m in mixes],
+        n_samples=n_samples,
     )
     click.echo(fit_header(fit, fit_file))
+    click.echo(predictive_line(ens))
     if fit.method != "nuts":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
@@ -141,7 +150,7 @@ def predict(
             row += [fmt_interval(p[f"{_pct(x)}_lo"], p[f"{_pct(x)}_hi"]) for x in lv]
             rows.append(row)
         header = ["language", "share", "mean", "median"]
-        header += [f"{_pct(x)} CI" for x in lv] + [f"{_pct(x)} predictive" for x in lv]
+        header += [f"{_pct(x)} param" for x in lv] + [f"{_pct(x)} predictive" for x in lv]
         click.echo(render_table(rows, header))
         zero = [lang for lang, s in mix.as_dict().items() if s == 0]
         if zero:
@@ -149,7 +158,11 @@ def predict(
                 f"  note: {', '.join(zero)} get(s) no data (share 0): CLIMB predicts an "
                 f"unbounded loss there (inf)."
             )
-    click.echo("\nlosses in nats/token; 'CI' = expected loss (law), 'predictive' = one new run.")
+    click.echo(
+        "\nlosses in nats/token; 'param' = the law's expected loss (parameter and law "
+        "uncertainty only); 'predictive' = one new run (also the extrapolation discrepancy, "
+        "which grows with the distance beyond the fitted budgets, and run-to-run noise)."
+    )
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")

@@ -35,19 +35,27 @@ import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from climb_bayes.discrepancy import Discrepancy
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import reference_budget
 from climb_bayes.nuts import resolve_chain_method
-from climb_bayes.point_fit import HUBER_DELTA, huber, mad_sigma, multistart_lbfgs
+from climb_bayes.observation import GroupedNoise
+from climb_bayes.point_fit import (
+    HUBER_DELTA,
+    huber,
+    mad_sigma,
+    multistart_lbfgs,
+    run_noise_split,
+)
 from climb_bayes.priors import Priors
-from climb_bayes.runs import RunsData
+from climb_bayes.runs import RunsData, dense_groups
 
 __all__ = [
     "ParamSpec",
@@ -57,6 +65,7 @@ __all__ = [
     "FitOptions",
     "fit_map",
     "fit_nuts",
+    "fit_laplace",
     "predict_draws",
     "median_loss",
     "check_groups",
@@ -100,6 +109,9 @@ class Observations:
         ``(N,)`` group index of each observation.
     loss : numpy.ndarray
         ``(N,)`` observed loss (nats/token, > 0).
+    run_series : numpy.ndarray or None
+        ``(n_runs,)`` training trajectory of each run (checkpoints of one training run share
+        a label); ``None``: every run is its own trajectory.
     """
 
     groups: tuple[str, ...]
@@ -110,6 +122,7 @@ class Observations:
     tokens: np.ndarray
     group: np.ndarray
     loss: np.ndarray
+    run_series: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -124,6 +137,10 @@ class Observations:
             ("loss", float),
         ):
             set_(self, name, np.asarray(getattr(self, name), dtype=dtype))
+        if self.run_series is not None:
+            set_(self, "run_series", np.asarray(self.run_series, dtype=np.int64))
+            if self.run_series.shape != (len(self.run_ids),):
+                raise ValueError("Observations: run_series must have one entry per run")
         n = self.loss.shape[0]
         if not (self.run.shape == self.tokens.shape == self.group.shape == (n,)):
             raise ValueError("Observations: run, tokens, group and loss must have equal length")
@@ -157,6 +174,21 @@ class Observations:
         """``(N,)`` log of the observed losses."""
         return np.log(self.loss)
 
+    @property
+    def series(self) -> np.ndarray:
+        """``(n_runs,)`` trajectory label of each run (one per run when not given)."""
+        return np.arange(len(self.run_ids)) if self.run_series is None else self.run_series
+
+    @property
+    def obs_series(self) -> np.ndarray:
+        """``(N,)`` trajectory label of each observation."""
+        return self.series[self.run]
+
+    @property
+    def obs_group(self) -> np.ndarray:
+        """``(N,)`` dense (trajectory, group) id: observations that share a run effect."""
+        return dense_groups(self.obs_series, self.group)
+
     @classmethod
     def from_runs(cls, runs: RunsData) -> Observations:
         """The observations of a validated runs table (zero-share losses are already left out)."""
@@ -169,6 +201,7 @@ class Observations:
             tokens=runs.obs_tokens,
             group=runs.obs_language,
             loss=runs.obs_loss,
+            run_series=runs.run_series,
         )
 
     def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -196,6 +229,7 @@ class Observations:
             self.tokens[mask],
             self.group[mask],
             self.loss[mask],
+            self.run_series,
         )
 
     def select_runs(self, run_mask: np.ndarray) -> Observations:
@@ -235,6 +269,7 @@ class Observations:
             source=source,
             form="wide" if np.allclose(point_tokens, self.run_budget[used][point_run]) else "long",
             tail_start=1.0,
+            run_series=self.series[used],  # labels stay those of this table's runs
         )
 
 
@@ -354,7 +389,9 @@ class Law:
             return fit_map(law, obs, options, log=log)
         if method == "nuts":
             return fit_nuts(law, obs, options, log=log)
-        raise ClimbError(f"--method must be 'map' or 'nuts', got {method!r}.")
+        if method == "laplace":
+            return fit_laplace(law, obs, options, log=log)
+        raise ClimbError(f"--method must be 'map', 'nuts' or 'laplace', got {method!r}.")
 
     # -- packing ----------------------------------------------------------------------------
     def pack(self, values: Mapping[str, np.ndarray], m: int) -> np.ndarray:
@@ -418,6 +455,15 @@ class LawFit:
         JSON-able values.
     native : object
         The underlying fit object where there is one (CLIMB: :class:`climb_bayes.fitresult.Fit`).
+    sigma_run : numpy.ndarray or None
+        ``(S, m)`` sd of the run-level deviation shared by the points of one run
+        (:class:`climb_bayes.observation.GroupedNoise`); ``None`` when points are independent.
+    fit_obs : Observations or None
+        The observations fitted (for the run effects of runs that continue, and the fitted
+        budget range).
+    discrepancy : Discrepancy or None
+        Extrapolation discrepancy draws (:mod:`climb_bayes.discrepancy`), paired with the
+        parameter draws.
     """
 
     law: Law
@@ -430,6 +476,9 @@ class LawFit:
     student_df: float = 4.0
     info: dict[str, Any] = field(default_factory=dict)
     native: Any = None
+    sigma_run: np.ndarray | None = None
+    fit_obs: Observations | None = None
+    discrepancy: Discrepancy | None = None
 
     @property
     def n_draws(self) -> int:
@@ -452,38 +501,42 @@ class LawFit:
         """``(N,)`` point prediction of ``log L``: mean over draws of the law's prediction."""
         return self.predict_obs(obs).mean(axis=0)
 
-    def log_likelihood(self, obs: Observations) -> np.ndarray:
-        """``(S, N)`` log density of each observed ``log L`` under each draw."""
-        import scipy.stats
+    def fit_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(m,)`` smallest and largest fitted budget (tokens) per group.
 
-        mu = self.predict_obs(obs)
-        s = self.sigma[:, obs.group]
-        y = obs.log_loss[None, :]
-        if self.likelihood == "student_t":
-            return scipy.stats.t.logpdf(y, self.student_df, loc=mu, scale=s)
-        return scipy.stats.norm.logpdf(y, loc=mu, scale=s)
-
-    def predictive_samples(
-        self, obs: Observations, n_samples: int = 1000, seed: int = 0
-    ) -> np.ndarray:
-        """``(n_samples, N)`` posterior-predictive samples of ``log L`` (law + noise).
-
-        Draws are cycled when there are fewer than ``n_samples`` (a MAP fit repeats its single
-        draw, giving a plug-in predictive with noise only).
+        From the fitted observations (``fit_obs``) where known, else from the discrepancy's
+        stored range; a group never fitted gets the range of all groups.
         """
-        mu = self.predict_obs(obs)
-        rng = np.random.default_rng(seed)
-        idx = (
-            np.arange(n_samples) % mu.shape[0]
-            if mu.shape[0] < n_samples
-            else (np.sort(rng.choice(mu.shape[0], n_samples, replace=False)))
+        if self.discrepancy is not None:
+            return self.discrepancy.lo, self.discrepancy.hi
+        if self.fit_obs is None or self.fit_obs.n == 0:
+            raise ClimbError("this fit does not know its fitted budget range.")
+        return budget_range(self.fit_obs)
+
+    def thin(self, idx: np.ndarray) -> LawFit:
+        """The draws ``idx`` of every per-draw array (discrepancy draws included)."""
+        return replace(
+            self,
+            draws={k: v[idx] for k, v in self.draws.items()},
+            sigma=self.sigma[idx],
+            sigma_run=None if self.sigma_run is None else self.sigma_run[idx],
+            discrepancy=None if self.discrepancy is None else self.discrepancy.take(idx),
         )
-        s = self.sigma[idx][:, obs.group]
-        if self.likelihood == "student_t":
-            eps = rng.standard_t(self.student_df, size=(n_samples, obs.n))
-        else:
-            eps = rng.standard_normal((n_samples, obs.n))
-        return mu[idx] + s * eps
+
+
+def budget_range(obs: Observations) -> tuple[np.ndarray, np.ndarray]:
+    """``(m,)`` smallest and largest run budget (tokens) with an observation, per group.
+
+    Groups without observations get the range over all groups.
+    """
+    budget = obs.run_budget[obs.run]
+    lo = np.full(obs.m, budget.min())
+    hi = np.full(obs.m, budget.max())
+    for g in range(obs.m):
+        sel = obs.group == g
+        if sel.any():
+            lo[g], hi[g] = budget[sel].min(), budget[sel].max()
+    return lo, hi
 
 
 def predict_draws(
@@ -588,9 +641,13 @@ def fit_map(
         f"converged, {seconds:.1f} s)"
     )
     values = {k: np.asarray(v)[None] for k, v in law.unpack(jnp.asarray(res.x), m).items()}
-    fit = LawFit(law, obs.groups, d_ref, "map", values, np.ones((1, m)), "normal")
+    fit = LawFit(law, obs.groups, d_ref, "map", values, np.ones((1, m)), "normal", fit_obs=obs)
     resid = fit.predict_obs(obs)[0] - obs.log_loss
-    fit.sigma = mad_sigma(resid, obs.group, m)[None]
+    if options.priors.run_effect:
+        within, between = run_noise_split(resid, obs.group, obs.obs_group, m)
+        fit.sigma, fit.sigma_run = within[None], between[None]
+    else:
+        fit.sigma = mad_sigma(resid, obs.group, m)[None]
     fit.info = {
         "objective": float(res.fun),
         "starts": f"{res.n_converged}/{res.n_starts} converged",
@@ -606,12 +663,14 @@ def _numpyro_model(
     prior_dists: dict[str, Any],
     point: np.ndarray,
     group: np.ndarray,
+    run_group: np.ndarray,
     m: int,
     priors: Priors,
     r: jax.Array,
     d: jax.Array,
     y: jax.Array | None,
 ) -> None:
+    """Any law under the CLIMB model's noise model (:mod:`climb_bayes.observation`)."""
     import numpyro
     import numpyro.distributions as dist
 
@@ -621,10 +680,14 @@ def _numpyro_model(
     sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale).expand([m]).to_event(1))
     pred = law.log_loss(params, r, d)[point, group]
     scale = sigma[group]
-    if priors.likelihood == "normal":
-        noise = dist.Normal(pred, scale)
-    else:
-        noise = dist.StudentT(priors.student_df, pred, scale)
+    df = None if priors.likelihood == "normal" else priors.student_df
+    if priors.run_effect:
+        run_scale = numpyro.sample(
+            "sigma_run", dist.HalfNormal(priors.run_effect_scale).expand([m]).to_event(1)
+        )
+        numpyro.sample("y", GroupedNoise(pred, scale, run_scale[group], run_group, df), obs=y)
+        return
+    noise = dist.Normal(pred, scale) if df is None else dist.StudentT(df, pred, scale)
     numpyro.sample("y", noise.to_event(1), obs=y)
 
 
@@ -670,15 +733,27 @@ def fit_nuts(
     options = options or FitOptions()
     log = log or (lambda _msg: None)
     obs = law.usable(obs)
-    point = fit_map(law, obs, options, d_ref=d_ref, log=log)
+    # The start only needs to be near the bulk: one short L-BFGS run, not the full multi-start
+    # point fit (which took 16-29 s of the 40-60 s of a 5Mix fit; measured).
+    init_opts = replace(options, n_starts=1, max_iter=min(options.max_iter, 300))
+    point = fit_map(law, obs, init_opts, d_ref=d_ref, log=log)
     d_ref = point.d_ref
     m = obs.m
     dists = law.priors(obs, options.priors)
     start = {k: jnp.asarray(v[0]) for k, v in point.draws.items()}
     start["sigma"] = jnp.asarray(np.maximum(point.sigma[0], 1e-3))
+    if options.priors.run_effect:
+        start["sigma_run"] = jnp.asarray(np.maximum(point.sigma_run[0], 1e-3))
     point_r, point_tokens, obs_point = obs.points()
     model = functools.partial(
-        _numpyro_model, law, dists, obs_point, np.asarray(obs.group), m, options.priors
+        _numpyro_model,
+        law,
+        dists,
+        obs_point,
+        np.asarray(obs.group),
+        np.asarray(obs.obs_group),
+        m,
+        options.priors,
     )
     kernel = NUTS(
         model, init_strategy=init_to_value(values=start), target_accept_prob=options.target_accept
@@ -712,6 +787,7 @@ def fit_nuts(
     )
     flat = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
     sigma = flat.pop("sigma")
+    sigma_run = flat.pop("sigma_run", None)
     return LawFit(
         law,
         obs.groups,
@@ -721,6 +797,8 @@ def fit_nuts(
         sigma,
         options.priors.likelihood,
         options.priors.student_df,
+        sigma_run=sigma_run,
+        fit_obs=obs,
         info={
             "seconds": seconds,
             "divergences": div,
@@ -736,3 +814,65 @@ def check_groups(names: Sequence[str]) -> None:
     """Raise :class:`ClimbError` when group names repeat."""
     if len(set(names)) != len(names):
         raise ClimbError(f"group names must be distinct, got {', '.join(names)}")
+
+
+def fit_laplace(
+    law: Law,
+    obs: Observations,
+    options: FitOptions | None = None,
+    *,
+    d_ref: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> LawFit:
+    """Laplace approximation of any law's posterior (same model as :func:`fit_nuts`).
+
+    The mode of the posterior (priors included) from a short point fit's start, and
+    ``options.samples`` draws of the Gaussian around it (:mod:`climb_bayes.laplace`): seconds
+    where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
+    """
+    from climb_bayes.laplace import laplace_posterior
+
+    options = options or FitOptions()
+    log = log or (lambda _msg: None)
+    obs = law.usable(obs)
+    init_opts = replace(options, n_starts=1, max_iter=min(options.max_iter, 300))
+    point = fit_map(law, obs, init_opts, d_ref=d_ref)
+    d_ref = point.d_ref
+    m = obs.m
+    start = {k: np.asarray(v[0]) for k, v in point.draws.items()}
+    start["sigma"] = np.maximum(point.sigma[0], 1e-3)
+    if options.priors.run_effect:
+        start["sigma_run"] = np.maximum(point.sigma_run[0], 1e-3)
+    point_r, point_tokens, obs_point = obs.points()
+    args = (
+        law,
+        law.priors(obs, options.priors),
+        obs_point,
+        np.asarray(obs.group),
+        np.asarray(obs.obs_group),
+        m,
+        options.priors,
+        jnp.asarray(point_r),
+        jnp.asarray(point_tokens / d_ref),
+        jnp.asarray(obs.log_loss),
+    )
+    t0 = time.perf_counter()
+    res = laplace_posterior(
+        _numpyro_model, args, start, key=jax.random.PRNGKey(options.seed), n_draws=options.samples
+    )
+    seconds = time.perf_counter() - t0
+    log(f"{law.name}: Laplace fit in {seconds:.1f} s (potential {res.potential:.4g})")
+    draws = {k: res.samples[k] for k in law.param_specs(m)}
+    return LawFit(
+        law,
+        obs.groups,
+        d_ref,
+        "laplace",
+        draws,
+        res.samples["sigma"],
+        options.priors.likelihood,
+        options.priors.student_df,
+        sigma_run=res.samples.get("sigma_run"),
+        fit_obs=obs,
+        info={"seconds": seconds, "converged": res.converged, "n_fit": obs.n},
+    )

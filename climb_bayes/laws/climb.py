@@ -88,6 +88,8 @@ class ClimbLaw(Law):
         options = options or FitOptions()
         usable = self.usable(obs)
         runs = usable.to_runs()
+        if method == "laplace":
+            return _climb_laplace(self, usable, runs, options, log)
         config = NutsConfig(
             chains=options.chains,
             warmup=options.warmup,
@@ -129,6 +131,7 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
         if diag is not None:
             info["diagnostics"] = diag.to_json()
         info["seconds"] = float(fit.attrs.get("sampling_seconds", np.nan))
+    post = fit.tree["posterior"]
     return LawFit(
         law or ClimbLaw(),
         fit.languages,
@@ -140,4 +143,50 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
         fit.priors.student_df,
         info=info,
         native=fit,
+        sigma_run=fit.draws("sigma_run") if "sigma_run" in post else None,
+        fit_obs=Observations.from_runs(fit.runs),
+        discrepancy=fit.discrepancy("climb"),
+    )
+
+
+def _climb_laplace(
+    law: ClimbLaw,
+    usable: Observations,
+    runs: Any,
+    options: FitOptions,
+    log: Callable[[str], None] | None,
+) -> LawFit:
+    """CLIMB's model (:func:`climb_bayes.model.climb_model`) by Laplace approximation, started
+    at the prior centre (transfer off), as NUTS's chains are."""
+    from climb_bayes.laplace import laplace_posterior
+    from climb_bayes.model import climb_model, model_data, sampler_coordinates
+    from climb_bayes.nuts import prior_centre
+
+    data = model_data(runs, options.priors)
+    start = sampler_coordinates(prior_centre(data, options.priors), data, options.priors)
+    res = laplace_posterior(
+        climb_model,
+        (data, options.priors),
+        start,
+        key=jax.random.PRNGKey(options.seed),
+        n_draws=options.samples,
+    )
+    sm = res.samples
+    params = to_reference_units(
+        LawParams(sm["log_B"], sm["beta"], sm["log_E"], sm["b"], sm["k"], sm["eta"]), data.d_ref
+    )
+    if log:
+        log(f"climb: Laplace fit (potential {res.potential:.4g})")
+    return LawFit(
+        law,
+        usable.groups,
+        data.d_ref,
+        "laplace",
+        {k: np.asarray(v) for k, v in params._asdict().items()},
+        sm["sigma"],
+        options.priors.likelihood,
+        options.priors.student_df,
+        info={"converged": res.converged, "n_fit": usable.n, "n_params": law.n_params(usable.m)},
+        sigma_run=sm.get("sigma_run"),
+        fit_obs=Observations.from_runs(runs),
     )

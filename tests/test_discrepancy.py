@@ -1,0 +1,67 @@
+"""Extrapolation discrepancy: a world whose curve bends away from the law beyond the fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import climb_bayes  # noqa: F401
+from climb_bayes.design import algorithm1_design, holdout_design
+from climb_bayes.discrepancy import Discrepancy, extrapolation_distance
+from climb_bayes.ensemble import EnsembleOptions, fit_ensemble
+from climb_bayes.laws.base import FitOptions, Observations
+from climb_bayes.laws.registry import get_law
+from climb_bayes.predictive import predictive_samples
+from climb_bayes.runs import runs_from_frame
+from climb_bayes.simulate import example_params, simulate_runs
+
+LANGS = ("en", "de", "fr")
+FIT_BUDGETS = [1e9, 2e9, 4e9, 8e9]
+TARGET = 4e10  # 5x the largest fitted budget
+CURVATURE = 0.006  # log L gains 0.006 * log(D / 1e9)^2 over the law: a bend the law cannot follow
+
+
+def _bent(frame):
+    frame = frame.copy()
+    frame["loss"] = frame["loss"] * np.exp(CURVATURE * np.log(frame["tokens_seen"] / 1e9) ** 2)
+    return frame
+
+
+@pytest.fixture(scope="module")
+def bent_world():
+    truth = example_params(LANGS, seed=3)
+    fit_design = algorithm1_design(LANGS, FIT_BUDGETS, seed=0)
+    test_design = holdout_design(LANGS, TARGET, 12, seed=5)
+    fit = Observations.from_runs(runs_from_frame(_bent(simulate_runs(truth, fit_design, seed=0))))
+    test = Observations.from_runs(runs_from_frame(_bent(simulate_runs(truth, test_design, seed=1))))
+    return fit, test
+
+
+def _coverage(fit, test, discrepancy):
+    s = predictive_samples(fit, test, 2000, known_runs=False, discrepancy=discrepancy)
+    lo, hi = np.quantile(s, [0.05, 0.95], axis=0)
+    return float(np.mean((test.log_loss >= lo) & (test.log_loss <= hi)))
+
+
+def test_discrepancy_keeps_coverage_where_the_law_bends(bent_world):
+    fit_obs, test = bent_world
+    ens = fit_ensemble(
+        fit_obs,
+        [get_law("climb")],
+        FitOptions(seed=0, samples=400),
+        EnsembleOptions(method="laplace", lfo="laplace", lfo_folds=2),
+    )
+    climb = ens.fits["climb"]
+    assert climb.discrepancy.source == "lfo"
+    old = _coverage(climb, test, discrepancy=False)
+    new = _coverage(climb, test, discrepancy=True)
+    assert old < 0.5  # the posterior alone is confident about the wrong curve
+    assert 0.75 <= new <= 1.0
+
+
+def test_distance_is_zero_inside_the_fitted_range():
+    x = extrapolation_distance(np.array([1e9, 5e9, 1e10, 1e11, 1e8]), 1e9, 1e10)
+    assert np.allclose(x, [0, 0, 0, np.log(10), np.log(10)])
+    d = Discrepancy(np.full((3, 2), 0.05), np.full(3, 0.5), np.ones(2) * 1e9, np.ones(2) * 1e10)
+    draws = d.sample(np.random.default_rng(0), np.array([5e9, 1e11]), np.array([0, 1]), np.eye(2))
+    assert np.all(draws[:, 0] == 0) and np.all(draws[:, 1] != 0)

@@ -1,0 +1,88 @@
+"""Stacking weights, discrepancy calibration and the stacked predictive (fast MAP settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import climb_bayes  # noqa: F401
+from climb_bayes.design import algorithm1_design
+from climb_bayes.discrepancy import DiscrepancyPrior, LfoResiduals, calibrate
+from climb_bayes.ensemble import EnsembleOptions, fit_ensemble, stacking_weights
+from climb_bayes.laws.base import FitOptions, Law, Observations, ParamSpec
+from climb_bayes.laws.registry import get_law
+from climb_bayes.runs import runs_from_frame
+from climb_bayes.simulate import example_params, simulate_runs
+
+
+@dataclass(frozen=True)
+class ConstantLaw(Law):
+    """A broken law: one constant log-loss per group, whatever the budget and mixture."""
+
+    name: ClassVar[str] = "constant"
+    zero_share_ok: ClassVar[bool] = True
+
+    def param_specs(self, m: int) -> dict[str, ParamSpec]:
+        return {"c": ParamSpec((m,))}
+
+    def log_loss(self, params, r, d):
+        return jnp.broadcast_to(params["c"], jnp.shape(r))
+
+    def init(self, obs: Observations) -> dict[str, Any]:
+        return {"c": np.full(obs.m, np.log(np.median(obs.loss)))}
+
+
+def test_stacking_weights_sum_to_one_and_follow_the_log_score():
+    rng = np.random.default_rng(0)
+    good = rng.normal(1.0, 0.3, 200)
+    w = stacking_weights({"good": good, "worse": good - 0.5, "broken": np.full(200, -30.0)})
+    assert sum(w.values()) == pytest.approx(1.0)
+    assert w["good"] > 0.95 and w["broken"] < 1e-6
+
+
+@pytest.fixture(scope="module")
+def isolated_world():
+    truth = example_params(("en", "de", "fr"), seed=2)
+    truth = type(truth)(
+        truth.languages, truth.B, truth.beta, truth.E, truth.b * 0, truth.k * 0, truth.eta,
+        truth.sigma,
+    )  # fmt: skip
+    design = algorithm1_design(truth.languages, [1e9, 2e9, 4e9, 8e9], seed=0)
+    frame = simulate_runs(truth, design, seed=1)
+    return Observations.from_runs(runs_from_frame(frame))
+
+
+def test_generating_law_wins_and_a_constant_law_gets_nothing(isolated_world):
+    laws = [get_law("isolated"), ConstantLaw(), get_law("dml")]
+    ens = fit_ensemble(
+        isolated_world,
+        laws,
+        FitOptions(n_starts=2, max_iter=400),
+        EnsembleOptions(method="map", lfo="map", lfo_folds=2),
+    )
+    assert ens.weight_method == "lfo-stacking"
+    assert sum(ens.weights.values()) == pytest.approx(1.0)
+    assert ens.weights["isolated"] > 0.8
+    assert ens.weights["constant"] < 0.01
+
+
+def test_discrepancy_calibration_recovers_a_known_scale():
+    rng = np.random.default_rng(0)
+    n_blocks, per = 40, 10
+    tau_true = 0.05
+    x = rng.uniform(0.3, 2.0, n_blocks * per)
+    block = np.repeat(np.arange(n_blocks), per)
+    a = rng.normal(size=n_blocks)[block]
+    c = rng.normal(size=x.size)
+    v = np.full(x.size, 0.002**2)
+    z = x * tau_true * (np.sqrt(0.5) * a + np.sqrt(0.5) * c) + np.sqrt(v) * rng.normal(size=x.size)
+    group = np.zeros(x.size, dtype=int)
+    res = LfoResiduals(z, v, x, group, block)
+    prior = DiscrepancyPrior(0.01, 1.0, "test")  # deliberately off by 5x
+    d = calibrate(res, prior, np.ones(1), np.ones(1), n_draws=400)
+    assert d.source == "lfo"
+    assert np.median(d.tau) == pytest.approx(tau_true, rel=0.3)

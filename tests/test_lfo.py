@@ -1,0 +1,57 @@
+"""Leave-future-out folds: construction, no leakage of future budgets, ratio bins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import climb_bayes  # noqa: F401
+from climb_bayes.design import algorithm1_design
+from climb_bayes.errors import ClimbError
+from climb_bayes.laws.base import Observations
+from climb_bayes.lfo import LfoFold, budget_levels, check_no_leakage, lfo_folds, ratio_bin
+from climb_bayes.runs import runs_from_frame
+from climb_bayes.simulate import example_params, simulate_runs
+
+
+@pytest.fixture(scope="module")
+def three_budget_obs():
+    truth = example_params(("en", "de", "fr"), seed=0)
+    design = algorithm1_design(truth.languages, [1e9, 3e9, 1e10], seed=0)
+    frame = simulate_runs(truth, design, seed=0)
+    return Observations.from_runs(runs_from_frame(frame))
+
+
+def test_levels_and_the_one_fold_of_three_budgets(three_budget_obs):
+    obs = three_budget_obs
+    assert np.allclose(budget_levels(obs), [1e9, 3e9, 1e10])
+    folds = lfo_folds(obs)  # two levels must be fitted: only the cut at 3e9
+    assert len(folds) == 1
+    fold = folds[0]
+    assert fold.cut == pytest.approx(3e9) and fold.n_levels == 2
+    budget = obs.run_budget[obs.run]
+    assert np.all(budget[fold.fit] <= 3e9) and np.all(budget[fold.test] == 1e10)
+    assert not np.any(fold.fit & fold.test) and np.all(fold.fit | fold.test)
+    assert np.allclose(fold.ratio(obs), 1e10 / 3e9)
+    check_no_leakage(obs, fold)
+
+
+def test_one_level_folds_and_selection(three_budget_obs):
+    folds = lfo_folds(three_budget_obs, min_fit_levels=1)
+    assert [f.cut for f in folds] == pytest.approx([1e9, 3e9])
+    assert lfo_folds(three_budget_obs, min_fit_levels=3) == []
+    assert [f.cut for f in lfo_folds(three_budget_obs, min_fit_levels=1, max_folds=1)] == [1e9]
+
+
+def test_leakage_guard_fails_on_a_bad_fold(three_budget_obs):
+    obs = three_budget_obs
+    budget = obs.run_budget[obs.run]
+    bad = LfoFold(3e9, 2, np.ones(obs.n, bool), budget > 3e9)
+    with pytest.raises(ClimbError, match="leaked"):
+        check_no_leakage(obs, bad)
+
+
+def test_ratio_bins():
+    assert ratio_bin(np.array([0.5, 1.2, 1.5, 1.7, 3.0, 5.0, 20.0])).tolist() == [
+        -1, 0, 0, 1, 2, 3, 4,
+    ]  # fmt: skip

@@ -1,0 +1,82 @@
+"""Nested leave-future-out evaluation (``climb-bayes evaluate --lfo``) on a world where the law
+holds: intervals must cover, and nothing of a scored budget may enter a fit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import climb_bayes  # noqa: F401
+from climb_bayes.cli import main
+from climb_bayes.design import algorithm1_design
+from climb_bayes.ensemble import EnsembleOptions
+from climb_bayes.laws.base import FitOptions, Observations
+from climb_bayes.laws.registry import get_law
+from climb_bayes.lfo_evaluate import STACKED, evaluate_lfo, format_lfo_table
+from climb_bayes.runs import runs_from_frame
+from climb_bayes.simulate import simulate_runs
+
+LANGS = ("en", "de", "zh")  # the languages of the world3 fixture
+BUDGETS = [1e9, 2e9, 4e9, 8e9]
+
+
+@pytest.fixture(scope="module")
+def frame(world3):
+    design = pd.concat(
+        [algorithm1_design(LANGS, [b], seed=i) for i, b in enumerate(BUDGETS)],
+        ignore_index=True,
+    )
+    design["run_id"] = [f"{r}-{i}" for i, r in enumerate(design["run_id"])]
+    return simulate_runs(world3, design, seed=2)
+
+
+def test_lfo_evaluation_covers_where_the_law_holds(frame):
+    obs = Observations.from_runs(runs_from_frame(frame))
+    res = evaluate_lfo(
+        obs,
+        [get_law("climb")],
+        FitOptions(seed=0, samples=300),
+        EnsembleOptions(method="laplace", lfo="laplace"),
+        max_folds=2,
+        n_predictive=800,
+    )
+    assert [f["cut"] for f in res.folds] == [2e9, 4e9]
+    assert all(f["n_fit"] > 0 and f["n_test"] > 0 for f in res.folds)
+    overall = {r.law: r for r in res.rows if r.ratio_bin == "all"}
+    assert set(overall) == {"climb"}  # one law: no stacked row
+    row = overall["climb"]
+    assert row.n == sum(f["n_test"] for f in res.folds)
+    assert row.metrics["mre"] < 0.02
+    cov = row.metrics["coverage"]
+    assert 0.75 <= cov["0.9"] <= 1.0
+    assert cov["0.5"] <= cov["0.9"]
+    bins = [r.ratio_bin for r in res.rows if r.law == "climb" and r.ratio_bin != "all"]
+    assert bins == ["(1.5, 2]", "(2, 4]"]
+    assert "cov90" in format_lfo_table(res)
+
+
+def test_evaluate_cli_lfo(tmp_path, frame, capsys):
+    path = tmp_path / "runs.csv"
+    frame.to_csv(path, index=False)
+    out = tmp_path / "lfo.json"
+    args = [
+        "evaluate", str(path), "--lfo", "--lfo-folds", "1", "--method", "laplace",
+        "--laws", "climb,isolated", "--samples", "200", "-o", str(out),
+    ]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "D/D_fit" in text and STACKED in text
+    payload = json.loads(out.read_text())
+    assert payload["folds"][0]["cut"] == pytest.approx(2e9)  # one fold: the earliest cut
+    assert abs(sum(payload["folds"][0]["weights"].values()) - 1) < 1e-9
+    assert {r["predictive"] for r in payload["rows"]} == {"climb", "isolated", STACKED}
+    assert np.isfinite([r["crps"] for r in payload["rows"]]).all()
+
+
+def test_evaluate_cli_lfo_and_holdout_conflict(tmp_path, frame):
+    path = tmp_path / "runs.csv"
+    frame.to_csv(path, index=False)
+    assert main(["evaluate", str(path), "--lfo", "--holdout", "tokens>4e9"]) == 2

@@ -1,0 +1,89 @@
+"""The run-effect observation model: exact densities, conditionals and sampling."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import climb_bayes  # noqa: F401  (float64)
+from climb_bayes.observation import (
+    GroupedNoise,
+    conditional_moments,
+    draw_noise,
+    group_stats,
+)
+
+GROUP = np.array([0, 0, 0, 2, 2, 5, 5])
+S, T = 0.05, 0.08
+
+
+def _dense(df):
+    rng = np.random.default_rng(0)
+    loc = rng.normal(size=GROUP.size)
+    y = loc + 0.1 * rng.normal(size=GROUP.size)
+    total = 0.0
+    for g in np.unique(GROUP):
+        idx = GROUP == g
+        n = idx.sum()
+        cov = S**2 * np.eye(n) + T**2 * np.ones((n, n))
+        if df is None:
+            total += stats.multivariate_normal(loc[idx], cov).logpdf(y[idx])
+        else:
+            total += stats.multivariate_t(loc[idx], cov, df=df).logpdf(y[idx])
+    return loc, y, total
+
+
+@pytest.mark.parametrize("df", [None, 4.0])
+def test_log_prob_equals_dense_compound_symmetric_density(df):
+    loc, y, expected = _dense(df)
+    d = GroupedNoise(loc, np.full(GROUP.size, S), np.full(GROUP.size, T), GROUP, df)
+    assert float(d.log_prob(y)) == pytest.approx(expected, rel=1e-10)
+
+
+def test_masked_points_are_ignored():
+    loc, y, _ = _dense(None)
+    mask = np.array([True, True, False, True, True, True, True])
+    d = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, None, mask)
+    keep = GroupedNoise(loc[mask], np.full(6, S), np.full(6, T), GROUP[mask], None)
+    assert float(d.log_prob(y)) == pytest.approx(float(keep.log_prob(y[mask])), rel=1e-12)
+
+
+@pytest.mark.parametrize("df", [None, 4.0])
+def test_conditional_of_a_new_point_matches_dense_algebra(df):
+    rng = np.random.default_rng(1)
+    e = rng.normal(size=3) * 0.1
+    st = group_stats(jnp.asarray(e), jnp.zeros(3, dtype=int))
+    shift, scale, df2 = conditional_moments(st, jnp.full(3, S), jnp.full(3, T), df)
+    cov = S**2 * np.eye(4) + T**2 * np.ones((4, 4))
+    s11, s21 = cov[:3, :3], cov[3, :3]
+    mu = s21 @ np.linalg.solve(s11, e)
+    var = cov[3, 3] - s21 @ np.linalg.solve(s11, s21)
+    if df is not None:
+        var *= (df + e @ np.linalg.solve(s11, e)) / (df + 3)
+    assert float(shift[0]) == pytest.approx(mu, rel=1e-10)
+    assert float(scale[0]) ** 2 == pytest.approx(var, rel=1e-10)
+    assert float(df2[0]) == (np.inf if df is None else df + 3)
+
+
+def test_samples_have_the_modelled_correlation():
+    d = GroupedNoise(jnp.zeros(7), np.full(7, S), np.full(7, T), GROUP, None)
+    x = np.asarray(d.sample(jax.random.PRNGKey(0), (20000,)))
+    assert np.corrcoef(x[:, 0], x[:, 1])[0, 1] == pytest.approx(T**2 / (S**2 + T**2), abs=0.02)
+    assert abs(np.corrcoef(x[:, 0], x[:, 3])[0, 1]) < 0.03  # other group: independent
+    z = draw_noise(
+        np.random.default_rng(0), np.full((20000, 7), S), np.full((20000, 7), T), GROUP, None
+    )
+    assert np.corrcoef(z[:, 3], z[:, 4])[0, 1] == pytest.approx(T**2 / (S**2 + T**2), abs=0.02)
+    assert z[:, 0].std() == pytest.approx(np.hypot(S, T), rel=0.03)
+
+
+def test_three_correlated_points_carry_about_one_point_of_information():
+    """The reason for the model: the sd of a group mean barely shrinks with n when T >> S."""
+    n = 3
+    cov = 0.0035**2 * np.eye(n) + 0.0199**2 * np.ones((n, n))
+    var_mean = np.ones(n) @ cov @ np.ones(n) / n**2
+    effective_n = cov[0, 0] / var_mean
+    assert 1.0 < effective_n < 1.1
