@@ -43,6 +43,16 @@ def _coverage(fit, test, discrepancy):
     return float(np.mean((test.log_loss >= lo) & (test.log_loss <= hi)))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known limitation (issue 13 note): the discrepancy grows linearly in log D and is learned "
+        "from folds with a shorter fitted span, so a bend that grows quadratically in log D is "
+        "under-covered: measured 90% coverage 0.63 with the placeholder prior (tau_0 0.04) and "
+        "0.54 with the calibrated CLIMB prior (0.0086); the posterior alone covers < 0.5. On the "
+        "real calibration sets the inner LFO over-estimates tau instead (docs/model.md)."
+    ),
+)
 def test_discrepancy_keeps_coverage_where_the_law_bends(bent_world):
     fit_obs, test = bent_world
     ens = fit_ensemble(
