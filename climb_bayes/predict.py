@@ -268,20 +268,7 @@ def predict_table(
         "predictive": summarize(np.exp(pred), levels),
     }
     names = list(mixture_names) if mixture_names is not None else [""] * budgets.size
-    rows = []
-    for b, budget in enumerate(budgets):
-        for i, lang in enumerate(languages):
-            for quantity, summ in summaries.items():
-                row = {
-                    "budget": float(budget),
-                    "mixture": names[b],
-                    "language": lang,
-                    "share": float(r[b, i]),
-                    "quantity": quantity,
-                }
-                row |= {key: float(val[b, i]) for key, val in summ.items()}
-                rows.append(row)
-    return pd.DataFrame(rows)
+    return _summary_frame(summaries, budgets, names, languages, r)
 
 
 def ensemble_table(
@@ -335,6 +322,17 @@ def ensemble_table(
     }
     names = list(mixture_names) if mixture_names is not None else [""] * budgets.size
     languages = ens.groups
+    return _summary_frame(summaries, budgets, names, languages, r)
+
+
+def _summary_frame(
+    summaries: dict[str, dict[str, np.ndarray]],
+    budgets: np.ndarray,
+    names: Sequence[str],
+    languages: Sequence[str],
+    r: np.ndarray,
+) -> pd.DataFrame:
+    """Long table: one row per budget, language and quantity (``expected``/``predictive``)."""
     rows = []
     for b, budget in enumerate(budgets):
         for i, lang in enumerate(languages):
