@@ -29,7 +29,7 @@ References
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -149,10 +149,13 @@ def _value(law: Law, x: jax.Array, theta: dict, shared: Any) -> jax.Array:
     return jnp.sum(w * jnp.exp(_log_losses(law, theta, x[:m])))
 
 
-def _derivs(law: Law, x: jax.Array, theta: dict, shared: Any) -> tuple:
-    f = partial(_value, law, theta=theta, shared=shared)
-    v, g = jax.value_and_grad(lambda y: f(y))(x)
-    return v, g, jax.hessian(lambda y: f(y))(x)
+def _shared(draws: Sequence[LawDraws], weights: np.ndarray) -> tuple:
+    """The solver's ``shared`` argument: every law's draws, their counts and the weights."""
+    return (
+        tuple(ld.theta for ld in draws),
+        tuple(ld.n for ld in draws),
+        jnp.asarray(np.asarray(weights, dtype=float)),
+    )
 
 
 def draw_losses(draws: Sequence[LawDraws], r: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -186,7 +189,13 @@ def optimum_draws(
     for ld in draws:
         x0 = np.tile(interior_start(start, lo, hi), (ld.n, 1))
         sol = solve_batch(
-            partial(_value, ld.law), partial(_derivs, ld.law), ld.theta, lo, hi, x0, shared=w
+            partial(_value, ld.law),
+            partial(_derivs, partial(_value, ld.law)),
+            ld.theta,
+            lo,
+            hi,
+            x0,
+            shared=w,
         )
         out.append(sol.x[:, : lo.size])
     return np.concatenate(out)
@@ -202,8 +211,9 @@ def _mean_value(laws: tuple, x: jax.Array, theta: dict, shared: Any) -> jax.Arra
     return acc
 
 
-def _mean_derivs(laws: tuple, x: jax.Array, theta: dict, shared: Any) -> tuple:
-    f = partial(_mean_value, laws, theta=theta, shared=shared)
+def _derivs(value_fn: Callable, x: jax.Array, theta: dict, shared: Any) -> tuple:
+    """Value, gradient and Hessian in ``x`` of ``value_fn(x, theta, shared)`` (autodiff)."""
+    f = partial(value_fn, theta=theta, shared=shared)
     v, g = jax.value_and_grad(f)(x)
     return v, g, jax.hessian(f)(x)
 
@@ -217,15 +227,17 @@ def bayes_decision(
 ) -> np.ndarray:
     """Mixture minimising ``mean_s f_s(r)`` over every decision draw (all laws at once)."""
     laws = tuple(ld.law for ld in draws)
-    shared = (
-        tuple(ld.theta for ld in draws),
-        tuple(ld.n for ld in draws),
-        jnp.asarray(np.asarray(weights, dtype=float)),
-    )
+    shared = _shared(draws, weights)
     x0 = np.atleast_2d(interior_start(start, lo, hi))
     one = {"_": np.zeros(1)}
     sol = solve_batch(
-        partial(_mean_value, laws), partial(_mean_derivs, laws), one, lo, hi, x0, shared=shared
+        partial(_mean_value, laws),
+        partial(_derivs, partial(_mean_value, laws)),
+        one,
+        lo,
+        hi,
+        x0,
+        shared=shared,
     )
     return sol.x[0, : lo.size]
 
@@ -241,12 +253,6 @@ def _cvar_value(laws: tuple, alpha: float, smooth: float, x: jax.Array, theta: d
         ]
     )
     return t + jnp.mean(smooth * jax.nn.softplus((vals - t) / smooth)) / (1.0 - alpha)
-
-
-def _cvar_derivs(laws: tuple, alpha: float, smooth: float, x: jax.Array, theta: dict, shared):
-    f = partial(_cvar_value, laws, alpha, smooth, theta=theta, shared=shared)
-    v, g = jax.value_and_grad(f)(x)
-    return v, g, jax.hessian(f)(x)
 
 
 def cvar_decision(
@@ -265,15 +271,11 @@ def cvar_decision(
     spread = float(np.std(f0)) if f0.size > 1 else 0.0
     smooth = max(0.01 * spread, 1e-9 * float(np.mean(f0)), 1e-12)
     laws = tuple(ld.law for ld in draws)
-    shared = (
-        tuple(ld.theta for ld in draws),
-        tuple(ld.n for ld in draws),
-        jnp.asarray(np.asarray(weights, dtype=float)),
-    )
+    shared = _shared(draws, weights)
     x0 = np.concatenate([r0, [[float(np.quantile(f0, alpha))]]], axis=1)
     sol = solve_batch(
         partial(_cvar_value, laws, float(alpha), smooth),
-        partial(_cvar_derivs, laws, float(alpha), smooth),
+        partial(_derivs, partial(_cvar_value, laws, float(alpha), smooth)),
         {"_": np.zeros(1)},
         lo,
         hi,

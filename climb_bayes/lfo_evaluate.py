@@ -145,7 +145,7 @@ def evaluate_lfo(
     bins = ratio_bin(ratio)
     rows: list[LfoRow] = []
     for name, chunks in scored.items():
-        samples = _stack_columns([c[0] for c in chunks])
+        samples = np.concatenate([c[0] for c in chunks], axis=1)  # equal draws per fold
         point = np.concatenate([c[1] for c in chunks])
         for j in [*sorted(set(bins.tolist()) - {-1}), None]:
             sel = np.ones(ratio.size, bool) if j is None else bins == j
@@ -159,11 +159,6 @@ def evaluate_lfo(
             )
             rows.append(LfoRow(name, "all" if j is None else _bin_label(j), int(sel.sum()), m))
     return LfoEvaluation(rows, records)
-
-
-def _stack_columns(chunks: list[np.ndarray]) -> np.ndarray:
-    """Concatenate ``(S, N_k)`` sample blocks along observations (equal ``S``)."""
-    return np.concatenate(chunks, axis=1)
 
 
 def format_lfo_table(result: LfoEvaluation, markdown: bool = False) -> str:
