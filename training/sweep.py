@@ -347,7 +347,13 @@ def run_sweep(
                 n = nproc or _default_nproc()
                 env = {**os.environ, "PYTHONPATH": _pythonpath()}
                 rc = subprocess.run(_launch_cmd(launcher, n, spec), env=env).returncode
-                if rc != 0 or not is_finished(rdir):
+                if rc != 0 and is_finished(rdir):
+                    log(
+                        f"warning: run {cfg.run_id}: {launcher} exited with code {rc} after the "
+                        "run's record was written (a rank failed while shutting down); the "
+                        "run is kept as finished"
+                    )
+                elif rc != 0 or not is_finished(rdir):
                     raise TrainingError(
                         f"run {cfg.run_id} failed under {launcher} (exit code {rc}); see the "
                         f"output above. Fix the cause and run the sweep again: it resumes from "

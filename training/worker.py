@@ -24,11 +24,16 @@ def run_spec(spec_path: str | Path) -> dict[str, Any]:
     cfg = RunConfig.from_dict(spec["config"])
     opts = RunOptions(**spec["options"])
     data = load_data(spec["data_dir"])
-    try:
-        return train_run(cfg, data, spec["run_dir"], opts)
-    finally:
-        import torch.distributed as dist
+    import torch.distributed as dist
 
+    try:
+        record = train_run(cfg, data, spec["run_dir"], opts)
+        if dist.is_available() and dist.is_initialized():
+            # rank 0 writes the record after the others have returned; without this barrier a
+            # rank could tear the process group down under it (gloo aborts, ~1 in 6 CPU launches)
+            dist.barrier()
+        return record
+    finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 
