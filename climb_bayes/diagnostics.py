@@ -15,6 +15,7 @@ References
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -71,7 +72,9 @@ class Diagnostics:
         if self.ok:
             lines.append("verdict: converged (all thresholds met)")
         else:
-            lines.append("verdict: NOT converged: " + "; ".join(self.problems))
+            lines += textwrap.wrap(
+                "verdict: NOT converged: " + "; ".join(self.problems), 100, subsequent_indent="  "
+            )
         return "\n".join(lines)
 
 

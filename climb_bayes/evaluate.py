@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from climb_bayes.convergence import law_problems
 from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations
 from climb_bayes.metrics import COVERAGE_LEVELS, score
 from climb_bayes.predictive import log_predictive_density, predictive_parts, predictive_samples
@@ -182,8 +183,13 @@ def format_table(
         "params",
     ]
     head += [h for _k, h, _f in METRIC_COLUMNS]
-    body = []
+    head.append("converged")
+    body, notes = [], []
     for row in rows:
+        problems = law_problems(row.info)
+        if problems and row.subset == "positive":
+            where = f" on {row.dataset}" if row.dataset else ""
+            notes.append(f"{row.law} ({row.method}{where}) NOT converged: {'; '.join(problems)}")
         flat = row.flat()
         cells = ([row.dataset] if with_dataset else []) + [
             row.law,
@@ -194,17 +200,19 @@ def format_table(
             str(row.n_params),
         ]
         cells += [_fmt(flat.get(k), f) for k, _h, f in METRIC_COLUMNS]
+        cells.append("NO (see below)" if problems else "yes")
         body.append(cells)
+    notes = [f"WARNING: {n}; its numbers are not trustworthy." for n in notes]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         lines += ["| " + " | ".join(c) + " |" for c in body]
-        return "\n".join(lines)
+        return "\n".join(lines + ([""] + notes if notes else []))
     widths = [
         max(len(h), *(len(c[i]) for c in body)) if body else len(h) for i, h in enumerate(head)
     ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in body]
-    return "\n".join(lines)
+    return "\n".join(lines + notes)
 
 
 def rows_to_json(rows: Sequence[EvalRow]) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from climb_bayes.runs import RunsData
 __all__ = [
     "parse_holdout",
     "holdout_mask",
+    "exclude_mask",
     "runs_file_mask",
     "random_mixtures_mask",
     "split_runs",
@@ -242,6 +243,18 @@ def holdout_mask(runs: RunsData, expr: str) -> np.ndarray:
     """``(n_runs,)`` mask of the runs an expression holds out (errors if none or all)."""
     mask = np.asarray(parse_holdout(expr)(runs), dtype=bool)
     return _check_split(mask, f"--holdout {expr!r}")
+
+
+def exclude_mask(runs: RunsData, expr: str) -> np.ndarray:
+    """``(n_runs,)`` mask of the runs ``--exclude EXPR`` drops from fitting *and* scoring.
+
+    Same expression language as :func:`holdout_mask`; excluding nothing is allowed (a
+    no-op), excluding every run is an error.
+    """
+    mask = np.asarray(parse_holdout(expr)(runs), dtype=bool)
+    if mask.all():
+        raise ClimbError(f"--exclude {expr!r} excludes every run, leaving nothing; tighten it.")
+    return mask
 
 
 def runs_file_mask(runs: RunsData, path: str | Path) -> np.ndarray:

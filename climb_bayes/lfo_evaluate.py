@@ -33,7 +33,15 @@ from climb_bayes.lfo import RATIO_BINS, check_no_leakage, lfo_folds, ratio_bin
 from climb_bayes.metrics import COVERAGE_LEVELS, score
 from climb_bayes.predictive import predictive_samples
 
-__all__ = ["LfoRow", "LfoEvaluation", "evaluate_lfo", "format_lfo_table", "STACKED"]
+__all__ = [
+    "LfoRow",
+    "LfoEvaluation",
+    "Split",
+    "evaluate_lfo",
+    "evaluate_extrapolation",
+    "format_lfo_table",
+    "STACKED",
+]
 
 STACKED = "stacked"
 """Name of the stacked predictive in the rows."""
@@ -95,9 +103,6 @@ def evaluate_lfo(
     LfoEvaluation
         One row per predictive and ratio bin (plus ``"all"``), and one record per fold.
     """
-    options = options or FitOptions()
-    ens = ens or EnsembleOptions()
-    log = log or (lambda _msg: None)
     common = obs
     for law in laws:
         common = law.prepare(obs).usable(common)
@@ -107,15 +112,87 @@ def evaluate_lfo(
             "leave-future-out evaluation needs runs at 3 or more budgets (2 to fit, 1 to "
             f"predict); these data have {np.unique(common.run_budget).size}."
         )
-    scored: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-    records, ratios, tests = [], [], []
-    for f, fold in enumerate(folds):
+    splits = []
+    for fold in folds:
         check_no_leakage(common, fold)
-        train, test = common.select(fold.fit), common.select(fold.test)
+        splits.append(
+            Split(common.select(fold.fit), common.select(fold.test), fold.ratio(common), fold.cut)
+        )
+    return _evaluate_splits(
+        splits, laws, options, ens, n_predictive=n_predictive, levels=levels, log=log
+    )
+
+
+class Split(NamedTuple):
+    """Fit on ``train``, score ``test``; ``ratio`` is each test observation's ``D / cut``."""
+
+    train: Observations
+    test: Observations
+    ratio: np.ndarray
+    cut: float
+
+
+def evaluate_extrapolation(
+    train: Observations,
+    test: Observations,
+    laws: Sequence[Law],
+    options: FitOptions | None = None,
+    ens: EnsembleOptions | None = None,
+    *,
+    n_predictive: int = 1000,
+    levels: Sequence[float] = COVERAGE_LEVELS,
+    log: Callable[[str], None] | None = None,
+) -> LfoEvaluation:
+    """Fit the ``climb-bayes fit`` pipeline on ``train`` and score it on a given ``test`` set.
+
+    The same scoring as :func:`evaluate_lfo` for one explicit split (published curves with
+    a fixed fit/held-out boundary): every law with its learned discrepancy, and the stacked
+    predictive, per extrapolation ratio ``D_test / max D_train`` (run budgets).
+
+    Parameters
+    ----------
+    train, test : Observations
+        Fitting and held-out observations (same groups).
+    laws, options, ens, n_predictive, levels, log
+        As in :func:`evaluate_lfo`.
+
+    Returns
+    -------
+    LfoEvaluation
+    """
+    common_train, common_test = train, test
+    for law in laws:
+        common_train = law.prepare(train).usable(common_train)
+        common_test = law.prepare(test).usable(common_test)
+    cut = float(np.max(common_train.run_budget[common_train.run]))
+    ratio = common_test.run_budget[common_test.run] / cut
+    split = Split(common_train, common_test, ratio, cut)
+    return _evaluate_splits(
+        [split], laws, options, ens, n_predictive=n_predictive, levels=levels, log=log
+    )
+
+
+def _evaluate_splits(
+    splits: Sequence[Split],
+    laws: Sequence[Law],
+    options: FitOptions | None,
+    ens: EnsembleOptions | None,
+    *,
+    n_predictive: int,
+    levels: Sequence[float],
+    log: Callable[[str], None] | None,
+) -> LfoEvaluation:
+    options = options or FitOptions()
+    ens = ens or EnsembleOptions()
+    log = log or (lambda _msg: None)
+    scored: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    records = []
+    for f, (train, test, _, cut) in enumerate(splits):
         t0 = time.perf_counter()
+        levels_fit = np.unique(train.run_budget[train.run]).size
         log(
-            f"outer fold {f + 1}/{len(folds)}: fit budgets <= {fold.cut:.3g} "
-            f"({fold.n_levels} levels, {train.n} observations), score {test.n}"
+            f"outer fold {f + 1}/{len(splits)}: fit budgets <= {cut:.3g} "
+            f"({levels_fit} levels, {train.n} observations), score {test.n}"
         )
         ensemble = fit_ensemble(train, laws, options, ens, log=lambda m: log("  " + m))
         preds = {
@@ -124,24 +201,22 @@ def evaluate_lfo(
         }
         if len(ensemble.fits) > 1:
             preds[STACKED] = ensemble.predictive_samples(test, n_predictive, seed=options.seed)
-        point = {name: np.median(s, axis=0) for name, s in preds.items()}
         for name, s in preds.items():
-            scored.setdefault(name, []).append((s, point[name], test.log_loss))
-        ratios.append(fold.ratio(common))
-        tests.append(test)
+            scored.setdefault(name, []).append((s, np.median(s, axis=0)))
         records.append(
             {
-                "cut": fold.cut,
-                "levels": fold.n_levels,
+                "cut": cut,
+                "levels": levels_fit,
                 "n_fit": train.n,
                 "n_test": test.n,
                 "weights": dict(ensemble.weights),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
         )
-    ratio = np.concatenate(ratios)
-    group = np.concatenate([t.group for t in tests])
-    loss = np.concatenate([t.loss for t in tests])
+    ratio = np.concatenate([s.ratio for s in splits])
+    group = np.concatenate([s.test.group for s in splits])
+    loss = np.concatenate([s.test.loss for s in splits])
+    n_groups = splits[0].test.m
     bins = ratio_bin(ratio)
     rows: list[LfoRow] = []
     for name, chunks in scored.items():
@@ -154,7 +229,7 @@ def evaluate_lfo(
                 group[sel],
                 point[sel],
                 samples[:, sel],
-                n_groups=obs.m,
+                n_groups=n_groups,
                 levels=levels,
             )
             rows.append(LfoRow(name, "all" if j is None else _bin_label(j), int(sel.sum()), m))

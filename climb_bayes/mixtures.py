@@ -53,6 +53,7 @@ __all__ = [
     "parse_weights",
     "validate_shares",
     "read_mixture_file",
+    "read_mixtures_file",
     "resolve_mixture",
     "format_mixture",
 ]
@@ -231,6 +232,97 @@ def read_mixture_file(path: str, languages: Sequence[str]) -> np.ndarray:
     shares = {c[2:]: float(df[c].iloc[0]) for c in rcols}
     where = f"{path}#{row_id}" if row_id else path
     return validate_shares(shares, languages, where)
+
+
+NAME_COLUMNS = ("name", "mixture", "run_id")
+"""Columns that name the rows of a mixtures file (the first present is used)."""
+
+
+def read_mixtures_file(path: str | Path, languages: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """Read many named mixtures (``predict --mixtures``).
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV with a name column (``name``, ``mixture`` or ``run_id``) and one share column per
+        language (``en`` or ``r_en``; a plan CSV works as is), or JSON: an object
+        ``{"name": {"en": 0.3, ...}, ...}`` or a list of ``{"name": ..., "shares": {...}}``.
+    languages : sequence of str
+        The fit's languages (every one needs a share; shares sum to 1).
+
+    Returns
+    -------
+    names : list of str
+        Row names (unique).
+    shares : ndarray (K, m)
+        Mixtures in the fit's language order.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ClimbError(f"{path}: mixtures file not found.")
+    rows: list[tuple[str, dict[str, float], str]] = []  # name, shares, where (for errors)
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ClimbError(f"{path}: not valid JSON ({exc}).") from None
+        items = list(data.items()) if isinstance(data, dict) else None
+        if isinstance(data, list):
+            items = [
+                (d.get("name", f"#{i + 1}"), d.get("shares")) if isinstance(d, dict) else (i, None)
+                for i, d in enumerate(data)
+            ]
+        if items is None:
+            raise ClimbError(
+                f'{path}: expected {{"name": {{"en": 0.3, ...}}, ...}} or a list of '
+                '{"name": ..., "shares": {...}}.'
+            )
+        for i, (name, shares) in enumerate(items):
+            where = f"{path}, mixture {i + 1} ({name})"
+            if not isinstance(shares, dict):
+                raise ClimbError(f'{where}: expected an object of shares {{"en": 0.3, ...}}.')
+            try:
+                rows.append((str(name), {str(k): float(v) for k, v in shares.items()}, where))
+            except (TypeError, ValueError):
+                raise ClimbError(f"{where}: every share must be a number.") from None
+    else:
+        try:
+            df = pd.read_csv(p, dtype=str, skipinitialspace=True)
+        except Exception as exc:  # noqa: BLE001 - any parser failure means the same to the user
+            raise ClimbError(f"{path}: cannot read the mixtures CSV ({exc}).") from None
+        df.columns = [str(c).strip() for c in df.columns]
+        name_col = next((c for c in NAME_COLUMNS if c in df.columns), None)
+        share_cols = {
+            c: c[2:] if c.startswith("r_") else c
+            for c in df.columns
+            if (c[2:] if c.startswith("r_") else c) in languages
+        }
+        if not share_cols:
+            raise ClimbError(
+                f"{path}: no share column for the fit's languages ({', '.join(languages)}). "
+                f"Fix: a header like name,{','.join(languages)} (or r_<lang>)."
+            )
+        for i, rec in enumerate(df.to_dict("records")):
+            line = i + 2  # header is line 1
+            name = str(rec[name_col]).strip() if name_col else f"row{line}"
+            shares = {}
+            for col, lang in share_cols.items():
+                try:
+                    shares[lang] = float(str(rec[col]).strip())
+                except ValueError:
+                    raise ClimbError(
+                        f"{path}, line {line}, column {col}: {rec[col]!r} is not a share. "
+                        "Fix: write a number in [0, 1]."
+                    ) from None
+            rows.append((name, shares, f"{path}, line {line} ({name})"))
+    if not rows:
+        raise ClimbError(f"{path}: no mixtures in the file.")
+    names = [n for n, _, _ in rows]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ClimbError(f"{path}: mixture names repeat ({', '.join(dup[:5])}); make them unique.")
+    shares = np.stack([validate_shares(s, languages, where) for _, s, where in rows])
+    return names, shares
 
 
 def _needs_tokens(name: str, availability: Availability | None) -> Availability:

@@ -22,10 +22,13 @@ __all__ = [
     "parse_budgets",
     "parse_levels",
     "load_fit_checked",
+    "strict_option",
     "fit_header",
     "fmt_tokens",
     "fmt_interval",
     "render_table",
+    "render_matrix",
+    "TABLE_WIDTH",
     "write_frame",
     "write_json",
     "enable_compile_cache",
@@ -81,11 +84,34 @@ def parse_levels(text: str) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-def load_fit_checked(path: Path) -> object:
-    """:func:`climb_bayes.fitresult.load_fit` (its errors are already user-facing)."""
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse (exit 2) when the fit did not converge, instead of warning.",
+)
+"""The ``--strict`` flag of every command that reads a fit file."""
+
+
+def load_fit_checked(path: Path, strict: bool = False) -> object:
+    """Load a fit file and pass it through the convergence gate.
+
+    :func:`climb_bayes.fitresult.load_fit` (its errors are already user-facing), then
+    :func:`climb_bayes.convergence.fit_gate`: one warning line on stderr when any stacked law
+    or CLIMB's posterior did not converge, or a :class:`ClimbError` (exit 2) under ``strict``.
+    """
+    from climb_bayes.convergence import fit_gate
     from climb_bayes.fitresult import load_fit
 
-    return load_fit(path)
+    fit = load_fit(path)
+    gate = fit_gate(fit)
+    if not gate.ok:
+        if strict:
+            raise ClimbError(
+                f"--strict: fit {path} did not converge ({'; '.join(gate.problems)}). Fix: "
+                "refit with more --warmup/--samples or a higher --target-accept."
+            )
+        echo_err(gate.warning(path))
+    return fit
 
 
 def fmt_tokens(tokens: float) -> str:
@@ -118,19 +144,92 @@ def fmt_interval(lo: float, hi: float, digits: int = 4) -> str:
     return f"[{f(lo)}, {f(hi)}]"
 
 
-def render_table(rows: Sequence[Sequence[str]], header: Sequence[str], indent: str = "  ") -> str:
-    """Plain-text table with left-aligned first column and right-aligned others."""
+def render_table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str],
+    indent: str = "  ",
+    width: int | None = None,
+) -> str:
+    """Plain-text table with left-aligned first column and right-aligned others.
+
+    Columns are sized to their content. When the table is wider than ``width`` (default
+    :data:`TABLE_WIDTH`), the columns after the first are split into blocks that each fit,
+    every block repeating the first column.
+    """
+    width = TABLE_WIDTH if width is None else width
     cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
     widths = [max(len(row[j]) for row in cells) for j in range(len(header))]
+    blocks, start = [], 1
+    while start < len(header) or not blocks:
+        used, stop = len(indent) + widths[0], start
+        while stop < len(header) and (stop == start or used + widths[stop] + 2 <= width):
+            used += widths[stop] + 2
+            stop += 1
+        blocks.append([0, *range(start, stop)])
+        start = stop
     lines = []
-    for k, row in enumerate(cells):
-        parts = [
-            row[j].ljust(widths[j]) if j == 0 else row[j].rjust(widths[j])
-            for j in range(len(header))
-        ]
-        lines.append(indent + "  ".join(parts).rstrip())
-        if k == 0:
-            lines.append(indent + "  ".join("-" * w for w in widths))
+    for b, cols in enumerate(blocks):
+        if b:
+            lines.append("")
+        for k, row in enumerate(cells):
+            parts = [row[j].ljust(widths[j]) if j == 0 else row[j].rjust(widths[j]) for j in cols]
+            lines.append(indent + "  ".join(parts).rstrip())
+            if k == 0:
+                lines.append(indent + "  ".join("-" * widths[j] for j in cols))
+    return "\n".join(lines)
+
+
+TABLE_WIDTH = 100
+"""Terminal columns the wide tables (transfer matrices) are laid out for."""
+
+
+def render_matrix(
+    names: Sequence[str],
+    values: np.ndarray,
+    *,
+    corner: str = "",
+    fmt: str = "{:.3f}",
+    width: int = TABLE_WIDTH,
+    indent: str = "",
+) -> str:
+    """A square matrix (rows and columns named by ``names``; diagonal shown as ``-``).
+
+    Columns are headed by the full names when the table fits in ``width`` columns; otherwise
+    by numbers ``[1]..[m]`` that the row labels repeat (the legend), and split into blocks of
+    columns that each fit ``width``.
+    """
+    m = len(names)
+    cells = [["-" if i == j else fmt.format(values[i, j]) for j in range(m)] for i in range(m)]
+    cell_w = max(len(c) for row in cells for c in row)
+    full_w = len(indent) + max(len(corner), *(len(n) for n in names))
+    full_w += sum(max(cell_w, len(n)) + 2 for n in names)
+    if full_w <= width:
+        heads, labels = list(names), list(names)
+    else:
+        heads = [f"[{j + 1}]" for j in range(m)]
+        labels = [f"[{i + 1}] {n}" for i, n in enumerate(names)]
+    label_w = max(len(corner), *(len(x) for x in labels))
+    col_w = [max(cell_w, len(h)) for h in heads]
+    blocks, start = [], 0
+    while start < m:
+        used, stop = len(indent) + label_w, start
+        while stop < m and (stop == start or used + col_w[stop] + 2 <= width):
+            used += col_w[stop] + 2
+            stop += 1
+        blocks.append(range(start, stop))
+        start = stop
+    lines = []
+    for k, cols in enumerate(blocks):
+        if k:
+            lines.append("")
+        lines.append(
+            indent + corner.ljust(label_w) + "".join(f"  {heads[j]:>{col_w[j]}}" for j in cols)
+        )
+        for i in range(m):
+            lines.append(
+                indent + labels[i].ljust(label_w)
+                + "".join(f"  {cells[i][j]:>{col_w[j]}}" for j in cols)
+            )  # fmt: skip
     return "\n".join(lines)
 
 

@@ -42,6 +42,14 @@ def _echo(msg: str) -> None:
     help="Hold out all runs of K random mixtures (see --seed).",
 )
 @click.option(
+    "--exclude",
+    "exclude_expr",
+    default=None,
+    metavar="EXPR",
+    help="Leave runs out of both fitting and scoring (same language as --holdout), e.g. "
+    "'run_id~broken or tokens<1e5'.",
+)
+@click.option(
     "--lfo",
     "lfo",
     is_flag=True,
@@ -132,6 +140,7 @@ def evaluate(
     holdout_expr: str | None,
     holdout_runs: Path | None,
     holdout_mixtures: int | None,
+    exclude_expr: str | None,
     lfo: bool,
     lfo_folds: int,
     inner_lfo: str,
@@ -155,12 +164,18 @@ def evaluate(
     predictive density.
 
     Every law is fitted on the runs that are not held out. Give exactly one of --holdout,
-    --holdout-runs and --holdout-mixtures. Groups may be languages or domains.
+    --holdout-runs, --holdout-mixtures and --lfo; --exclude drops runs from both sides first.
+    Groups may be languages or domains.
     """
     from climb_bayes.errors import ClimbError
     from climb_bayes.evaluate import evaluate_laws as run_evaluation
     from climb_bayes.evaluate import format_table, rows_to_json
-    from climb_bayes.holdout import holdout_mask, random_mixtures_mask, runs_file_mask
+    from climb_bayes.holdout import (
+        exclude_mask,
+        holdout_mask,
+        random_mixtures_mask,
+        runs_file_mask,
+    )
     from climb_bayes.laws.base import FitOptions, Observations
     from climb_bayes.laws.msl import read_families
     from climb_bayes.laws.registry import parse_laws
@@ -182,6 +197,12 @@ def evaluate(
     priors = load_priors(priors_file)
     langs = [s.strip() for s in languages.split(",")] if languages else None
     runs = read_runs(runs_file, tail_start=tail_start, renormalize=renormalize, languages=langs)
+    excluded: list[str] = []
+    if exclude_expr is not None:
+        drop = exclude_mask(runs, exclude_expr)
+        excluded = [r for r, d in zip(runs.run_ids, drop, strict=True) if d]
+        _echo(f"excluded (--exclude {exclude_expr!r}): {len(excluded)} runs")
+        runs = runs.subset_runs(~drop)
     options = FitOptions(
         seed=seed, n_starts=n_starts, chains=chains, warmup=warmup, samples=samples, priors=priors
     )
@@ -224,6 +245,7 @@ def evaluate(
         "n_fit_runs": int((~mask).sum()),
         "n_test_runs": int(mask.sum()),
         "held_out_runs": [r for r, m in zip(runs.run_ids, mask, strict=True) if m],
+        "excluded_runs": excluded,
         "n_zero_share_excluded": int(runs.n_excluded_zero_share),
         "method": method,
         "rows": rows_to_json(rows),

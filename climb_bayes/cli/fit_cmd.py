@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import click
+
+from climb_bayes.cli._decide import TABLE_WIDTH, render_matrix, render_table, strict_option
 
 __all__ = ["fit", "summary"]
 
@@ -152,6 +155,7 @@ def fit(
     With no RUNS_FILE the shipped default dataset is fitted. Writes OUT (default fit.nc) and
     prints the diagnostics and a parameter summary.
     """
+    from climb_bayes.convergence import fit_gate
     from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
     from climb_bayes.ensemble import EnsembleOptions
     from climb_bayes.errors import ConvergenceError
@@ -202,15 +206,12 @@ def fit(
     result.save(out)
     click.echo(_summary_text(result))
     click.echo(f"\nwrote {out}")
-    diag = result.diagnostics
-    if diag is not None and not diag.ok:
-        _echo(
-            "WARNING: the sampler did not converge; do not trust these intervals yet. "
-            "Try more --warmup/--samples or a higher --target-accept."
-        )
+    gate = fit_gate(result)
+    if not gate.ok:
+        _echo(gate.warning(out))
         if strict:
             raise ConvergenceError(
-                "convergence checks failed (--strict): " + "; ".join(diag.problems)
+                "convergence checks failed (--strict): " + "; ".join(gate.problems)
             )
 
 
@@ -226,27 +227,23 @@ def _summary_text(result) -> str:
     )
     if result.diagnostics is not None:
         lines += ["", "diagnostics:", result.diagnostics.report()]
-    lines += ["", "per-language parameters (posterior median [5%, 95%]):"]
-    header = f"{'language':<10}{'B':>24}{'beta':>24}{'E':>24}{'eta':>24}"
-    lines.append(header)
+    what = "posterior median [5%, 95%]" if result.n_draws > 1 else "point estimate"
+    lines += ["", f"per-language parameters ({what}):"]
 
     def cell(x):
         q = np.quantile(x, [0.5, 0.05, 0.95])
-        return f"{q[0]:.3g} [{q[1]:.3g}, {q[2]:.3g}]".rjust(24)
+        return f"{q[0]:.3g}" if x.size == 1 else f"{q[0]:.3g} [{q[1]:.3g}, {q[2]:.3g}]"
 
     B, beta, E, eta = (result.draws(n) for n in ("B", "beta", "E", "eta"))
-    for i, lang in enumerate(result.languages):
-        lines.append(f"{lang:<10}{cell(B[:, i])}{cell(beta[:, i])}{cell(E[:, i])}{cell(eta[:, i])}")
+    rows = [
+        [lang, cell(B[:, i]), cell(beta[:, i]), cell(E[:, i]), cell(eta[:, i])]
+        for i, lang in enumerate(result.languages)
+    ]
+    lines.append(render_table(rows, ["language", "B", "beta", "E", "eta"], indent=""))
     lines += _ensemble_lines(result)
-    b = result.draws("b")
-    med = np.median(b, axis=0)
+    med = np.median(result.draws("b"), axis=0)
     lines += ["", "transfer b[source -> target] (posterior median; rows = source):"]
-    lines.append(" " * 10 + "".join(f"{t:>9}" for t in result.languages))
-    for j, src in enumerate(result.languages):
-        row = "".join(
-            f"{'-':>9}" if i == j else f"{med[j, i]:9.3f}" for i in range(len(result.languages))
-        )
-        lines.append(f"{src:<10}{row}")
+    lines.append(render_matrix(result.languages, med, corner="source \\ target"))
     return "\n".join(lines)
 
 
@@ -269,7 +266,12 @@ def _ensemble_lines(result) -> list[str]:
     order = sorted(weights, key=lambda k: -weights[k])
     lines = [
         "",
-        f"default predictive (predict, optimize, suggest, report): {len(weights)} law(s) {how}",
+        *textwrap.wrap(
+            f"default predictive (predict, optimize, suggest, report): {len(weights)} law(s) "
+            + how,
+            TABLE_WIDTH,
+            subsequent_indent="  ",
+        ),
         "  weights: " + ", ".join(f"{k} {weights[k]:.2f}" for k in order),
     ]
     lfo = json.loads(result.attrs.get("lfo_summary", "{}"))
@@ -278,35 +280,43 @@ def _ensemble_lines(result) -> list[str]:
     ]
     if rows:
         folds = rows[0][1].get("folds", 0)
-        lines.append(
-            f"  leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
+        lines += textwrap.wrap(
+            f"leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
             "the larger; coverage of 50%/90% intervals without -> with discrepancy, the latter "
-            "in-sample for the discrepancy; `evaluate --lfo` gives the out-of-sample check):"
+            "in-sample for the discrepancy; `evaluate --lfo` gives the out-of-sample check):",
+            TABLE_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
         )
+        name_w = max(len(k) for k, _ in rows)
         for k, r in rows:
             a, b = r["without_discrepancy"], r["with_discrepancy"]
             lines.append(
-                f"    {k:<10} n={r['n']:<5} MRE {b['mre']:.1%}  cov50 {a['cov50']:.2f} -> "
+                f"    {k:<{name_w}} n={r['n']:<5} MRE {b['mre']:.1%}  cov50 {a['cov50']:.2f} -> "
                 f"{b['cov50']:.2f}  cov90 {a['cov90']:.2f} -> {b['cov90']:.2f}"
             )
     disc = result.discrepancy("climb")
     if disc is not None:
         tau = np.median(disc.tau, axis=0)
         src = "learned from leave-future-out residuals" if disc.source == "lfo" else "its prior"
-        lines.append(
-            f"  CLIMB extrapolation discrepancy ({src}): sd per unit log D (e-fold of budget) "
-            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, tau, strict=True))
+        lines += textwrap.wrap(
+            f"CLIMB extrapolation discrepancy ({src}): sd per unit log D (e-fold of budget) "
+            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, tau, strict=True)),
+            TABLE_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
         )
     return lines
 
 
 @click.command()
 @click.argument("fit_file", type=click.Path(dir_okay=False, path_type=Path))
-def summary(fit_file):
+@strict_option
+def summary(fit_file, strict):
     """Print the diagnostics and parameter summary of FIT_FILE."""
-    from climb_bayes.fitresult import load_fit
+    from climb_bayes.cli._decide import load_fit_checked
 
-    click.echo(_summary_text(load_fit(fit_file)))
+    click.echo(_summary_text(load_fit_checked(fit_file, strict)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,6 +20,7 @@ from climb_bayes.cli._decide import (
     parse_levels,
     predictive_line,
     render_table,
+    strict_option,
     write_frame,
     write_json,
 )
@@ -121,8 +122,10 @@ __all__ = ["optimize"]
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the per-draw solutions (direct, two-step, direction) as CSV.",
 )
+@strict_option
 def optimize(
     fit_file: Path,
+    strict: bool,
     budget: str | None,
     budgets_text: str | None,
     weights: str | None,
@@ -169,7 +172,7 @@ def optimize(
     lv = parse_levels(levels)
     if risk is not None and not 0.0 < risk < 1.0:
         raise ClimbError(f"--risk must be in (0, 1), e.g. 0.9; got {risk}.")
-    fit = load_fit_checked(fit_file)
+    fit = load_fit_checked(fit_file, strict)
     langs = fit.languages
     w = parse_weights(weights, langs)
     avail = read_availability(available, langs, default_epochs=max_epochs) if available else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from climb_bayes.cli._decide import load_fit_checked, strict_option
+
 __all__ = ["plot"]
 
 _KIND_NAMES = ("fit", "ratio", "transfer", "heatmap", "fan", "rstar", "rstar_budget", "trace")
@@ -47,18 +49,19 @@ _KIND_NAMES = ("fit", "ratio", "transfer", "heatmap", "fan", "rstar", "rstar_bud
     show_default=True,
     help="File format(s).",
 )
+@strict_option
 def plot(
     fit_path: str,
+    strict: bool,
     kinds: tuple[str, ...],
     out_dir: str,
     budget: float | None,
     formats: tuple[str, ...],
 ) -> None:
     """Draw figures of the fit in FIT.nc into a folder, one file per kind and format."""
-    from climb_bayes.fitresult import load_fit
     from climb_bayes.plots import KINDS, save_figure
 
-    fit = load_fit(fit_path)
+    fit = load_fit_checked(fit_path, strict)
     selected = list(KINDS) if "all" in kinds else list(dict.fromkeys(kinds))
     for kind in selected:
         options = {"budget": budget} if kind == "rstar" and budget is not None else {}

@@ -18,6 +18,7 @@ from climb_bayes.cli._decide import (
     parse_levels,
     predictive_line,
     render_table,
+    strict_option,
     write_frame,
 )
 from climb_bayes.errors import ClimbError
@@ -40,6 +41,15 @@ __all__ = ["predict"]
     show_default=True,
     help="Mixture: en=0.3,de=0.2,... | a file (JSON, CSV language,share, plan CSV[#run_id]) | "
     "uniform | natural | temperature[:tau] | unimax[:epochs] | isolated.",
+)
+@click.option(
+    "--mixtures",
+    "mixtures_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Many named mixtures at once (CSV name,<lang>,... or r_<lang> columns, e.g. a plan; "
+    "or JSON): every mixture x every budget in one vectorised pass; prints one line per "
+    "(mixture, budget, language).",
 )
 @click.option("--levels", default="0.5,0.9", show_default=True, help="Central interval levels.")
 @click.option(
@@ -74,11 +84,14 @@ __all__ = ["predict"]
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the full table (.csv or .json).",
 )
+@strict_option
 def predict(
     fit_file: Path,
+    strict: bool,
     budget: str | None,
     budgets_text: str | None,
     mixture: str,
+    mixtures_file: Path | None,
     levels: str,
     available: Path | None,
     max_epochs: float,
@@ -106,18 +119,23 @@ def predict(
         raise ClimbError("give exactly one of --budget (one target) or --budgets (a trajectory).")
     budgets = [parse_budget(budget)] if budget is not None else parse_budgets(budgets_text)
     lv = parse_levels(levels)
-    fit = load_fit_checked(fit_file)
+    fit = load_fit_checked(fit_file, strict)
     langs = fit.languages
     avail = read_availability(available, langs, default_epochs=max_epochs) if available else None
     ens = fit.ensemble()
     if law_name is not None:
         ens = ens.only(law_name.strip().lower())
+    n_samples = 4000 if max_draws is None else max(max_draws, 200)
+    if mixtures_file is not None:
+        if mixture != "uniform":
+            raise ClimbError("give --mixture (one) or --mixtures FILE (many), not both.")
+        _predict_many(fit, fit_file, ens, mixtures_file, budgets, lv, seed, n_samples, out)
+        return
     idx = thin_index(fit.n_draws, max_draws)
     law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
     mixes = [
         resolve_mixture(mixture, langs, budget=b, availability=avail, law=law) for b in budgets
     ]
-    n_samples = 4000 if max_draws is None else max(max_draws, 200)
     table = ensemble_table(
         ens,
         np.stack([m.shares for m in mixes]),
@@ -163,6 +181,51 @@ def predict(
         "uncertainty only); 'predictive' = one new run (also the extrapolation discrepancy, "
         "which grows with the distance beyond the fitted budgets, and run-to-run noise)."
     )
+    if out is not None:
+        write_frame(table, out)
+        echo_err(f"wrote {out}")
+
+
+def _predict_many(
+    fit: object,
+    fit_file: Path,
+    ens: object,
+    mixtures_file: Path,
+    budgets: list[float],
+    levels: tuple[float, ...],
+    seed: int,
+    n_samples: int,
+    out: Path | None,
+) -> None:
+    """``predict --mixtures FILE``: every (mixture, budget) pair in one call of the predictive."""
+    from climb_bayes.mixtures import read_mixtures_file
+    from climb_bayes.predict import ensemble_table
+
+    names, shares = read_mixtures_file(mixtures_file, fit.languages)
+    k, nb = len(names), len(budgets)
+    table = ensemble_table(
+        ens,
+        np.repeat(shares, nb, axis=0),
+        np.tile(np.asarray(budgets, dtype=float), k),
+        levels=levels,
+        seed=seed,
+        mixture_names=[n for n in names for _ in budgets],
+        n_samples=n_samples,
+    )
+    click.echo(fit_header(fit, fit_file))
+    click.echo(predictive_line(ens))
+    click.echo(f"{k} mixture(s) from {mixtures_file} x {nb} budget(s)")
+    pred = table[table["quantity"] == "predictive"]
+    header = ["mixture", "D", "language", "share", "median"]
+    header += [f"{_pct(x)} predictive" for x in levels]
+    rows = [
+        [str(r["mixture"]), fmt_tokens(r["budget"]), str(r["language"]), f"{r['share']:.3f}"]
+        + [_num(r["median"])]
+        + [fmt_interval(r[f"{_pct(x)}_lo"], r[f"{_pct(x)}_hi"]) for x in levels]
+        for r in pred.to_dict("records")
+    ]
+    click.echo(render_table(rows, header))
+    click.echo("\nlosses in nats/token; predictive = one new run (see `predict --help`).")
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from climb_bayes.cli._decide import load_fit_checked, strict_option
+
 __all__ = ["report"]
 
 
@@ -35,8 +37,10 @@ __all__ = ["report"]
 )
 @click.option("--title", default=None, help="Page title.")
 @click.option("--no-plots", is_flag=True, help="Leave the figures out (faster, smaller file).")
+@strict_option
 def report(
     fit_path: str,
+    strict: bool,
     out_path: str,
     budgets: tuple[float, ...],
     robustness_path: str | None,
@@ -45,10 +49,9 @@ def report(
 ) -> None:
     """Write an HTML report of the fit in FIT.nc: data, diagnostics, parameters, fit quality,
     predictions, r* with baselines and (optionally) robustness verdicts."""
-    from climb_bayes.fitresult import load_fit
     from climb_bayes.report import write_report
 
-    fit = load_fit(fit_path)
+    fit = load_fit_checked(fit_path, strict)
     path = write_report(
         fit,
         out_path,

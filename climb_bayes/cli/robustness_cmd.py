@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from climb_bayes.cli._decide import load_fit_checked, strict_option
+
 if TYPE_CHECKING:
     from climb_bayes.fitresult import Fit
 
@@ -115,8 +117,10 @@ def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     "fit's first 2 languages at its smallest and largest budget; prior draw, simulate, short "
     "NUTS fit, rank of the truth). Writes an ECDF plot next to the results file.",
 )
+@strict_option
 def robustness(
     fit_path: str,
+    strict: bool,
     studies: tuple[str, ...],
     out_path: str,
     budget: float | None,
@@ -133,12 +137,11 @@ def robustness(
     single runs, and (with --sbc) whether the posterior of its model is calibrated. Writes one
     JSON results file and prints a one-screen verdict."""
     from climb_bayes.errors import ClimbError
-    from climb_bayes.fitresult import load_fit
     from climb_bayes.robustness import attach_sbc, run_robustness, save_results
 
     if not studies and not sbc_n:
         raise ClimbError("--studies none leaves nothing to do: add --sbc N or name studies.")
-    fit = load_fit(fit_path)
+    fit = load_fit_checked(fit_path, strict)
 
     def log(msg: str) -> None:
         click.echo(msg, err=True)

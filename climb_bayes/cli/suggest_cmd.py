@@ -17,6 +17,7 @@ from climb_bayes.cli._decide import (
     parse_budget,
     parse_budgets,
     render_table,
+    strict_option,
     write_frame,
 )
 from climb_bayes.errors import ClimbError
@@ -79,8 +80,10 @@ __all__ = ["suggest"]
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the full ranking (.csv or .json).",
 )
+@strict_option
 def suggest(
     fit_file: Path,
+    strict: bool,
     budget: str,
     target: str,
     weights: str | None,
@@ -111,7 +114,7 @@ def suggest(
     from climb_bayes.suggest import default_candidates, rank_candidates, read_candidates
 
     target_budget = parse_budget(budget)
-    fit = load_fit_checked(fit_file)
+    fit = load_fit_checked(fit_file, strict)
     langs = fit.languages
     if fit.method != "nuts" or fit.n_draws < 20:
         raise ClimbError(

@@ -1,0 +1,275 @@
+"""Issue 15: the convergence gate on every command that reads a fit, batch predict,
+``evaluate --exclude``, and tables sized to their content."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from climb_bayes.cli import main
+from climb_bayes.cli._decide import render_matrix, render_table
+from climb_bayes.convergence import fit_gate, law_problems
+from climb_bayes.diagnostics import Diagnostics
+from climb_bayes.evaluate import EvalRow, format_table
+from climb_bayes.fitting import fit_runs
+from climb_bayes.mixtures import read_mixtures_file
+from climb_bayes.runs import runs_from_frame
+
+BAD = Diagnostics(
+    max_rhat=1.53,
+    min_ess_bulk=7.0,
+    min_ess_tail=9.0,
+    divergences=3,
+    n_draws=400,
+    treedepth_saturated=0,
+    max_tree_depth=10,
+    min_bfmi=0.8,
+    worst_parameters=["logit_f[wikipedia]"],
+    problems=["R-hat 1.530 > 1.01 (logit_f[wikipedia])", "bulk ESS 7 < 400 (x)", "3 divergent"],
+)
+
+
+def _with_diagnostics(fit, diag, path):
+    """``fit`` saved with other stored sampler diagnostics (the gate reads them from the file)."""
+    tree = fit.tree.copy()
+    tree.attrs = {**fit.tree.attrs, "diagnostics": diag.to_json()}
+    type(fit)(tree).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def good_fit_path(nuts_fit3, tmp_path_factory):
+    good = Diagnostics(**{**json.loads(BAD.to_json()), "problems": [], "worst_parameters": []})
+    return _with_diagnostics(nuts_fit3, good, tmp_path_factory.mktemp("gate") / "good.nc")
+
+
+@pytest.fixture(scope="module")
+def bad_fit_path(nuts_fit3, tmp_path_factory):
+    """The same posterior with the diagnostics of a sampler that did not converge."""
+    return _with_diagnostics(nuts_fit3, BAD, tmp_path_factory.mktemp("gate") / "bad.nc")
+
+
+def _run(args, capsys):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["summary", "{fit}"],
+        ["predict", "{fit}", "--budget", "1e11"],
+        ["optimize", "{fit}", "--budget", "1e11", "--max-draws", "50"],
+        ["suggest", "{fit}", "--budget", "1e11", "--n-random", "3", "--outcomes", "8",
+         "--max-draws", "50"],
+        ["report", "{fit}", "--no-plots", "-o", "{tmp}/r.html"],
+        ["plot", "{fit}", "--kind", "transfer", "--format", "png", "-o", "{tmp}/plots"],
+    ],
+)  # fmt: skip
+def test_every_reader_warns_and_strict_refuses(
+    command, bad_fit_path, good_fit_path, tmp_path, capsys
+):
+    def args(fit):
+        return [c.format(fit=fit, tmp=tmp_path) for c in command]
+
+    code, _out, err = _run(args(bad_fit_path), capsys)
+    assert code == 0, err
+    assert sum("did not converge" in ln for ln in err.splitlines()) == 1
+    code, _out, err = _run([*args(bad_fit_path), "--strict"], capsys)
+    assert code == 2 and "--strict" in err and "Traceback" not in err
+    code, _out, err = _run([*args(good_fit_path), "--strict"], capsys)
+    assert code == 0, err
+    assert "did not converge" not in err
+
+
+def test_warning_is_one_line_naming_the_problem(bad_fit_path, capsys):
+    code, out, err = _run(["predict", bad_fit_path, "--budget", "1e11"], capsys)
+    assert code == 0
+    lines = [ln for ln in err.splitlines() if "did not converge" in ln]
+    assert len(lines) == 1
+    assert "R-hat 1.530" in lines[0] and "bulk ESS 7" in lines[0] and "--strict" in lines[0]
+    code, _out, err = _run(["predict", bad_fit_path, "--budget", "1e11", "--strict"], capsys)
+    assert code == 2 and "Traceback" not in err and "R-hat 1.530" in err
+
+
+def test_gate_reads_point_fit_starts_and_stacked_laws(map_fit3):
+    assert law_problems({"starts": "0/8 converged"}) == ["point fit: 0/8 L-BFGS starts converged"]
+    assert law_problems({"starts": "3/8 converged"}) == []
+    assert law_problems({"max_rhat": 1.83, "min_ess": 3, "divergences": 0}) == [
+        "R-hat 1.830 > 1.01",
+        "ESS 3 < 400",
+    ]
+    assert law_problems({"converged": False}) == ["optimizer did not converge"]
+    tree = map_fit3.tree.copy()
+    tree.attrs = {**tree.attrs, "point_starts": "0/4 converged"}
+    fit = type(map_fit3)(tree)
+    gate = fit_gate(fit)
+    assert not gate.ok and "climb: point fit: 0/4" in gate.warning()
+
+
+def test_evaluate_table_marks_unconverged_laws():
+    metrics = {"n": 10, "mre": 0.01, "coverage": {"0.9": 0.9}}
+    rows = [
+        EvalRow("climb", "nuts", "positive", 100, 60, metrics, {"max_rhat": 1.83, "min_ess": 3}),
+        EvalRow("msl", "nuts", "positive", 100, 20, metrics, {"max_rhat": 1.0, "min_ess": 900}),
+        EvalRow("dml", "map", "positive", 100, 35, metrics, {"starts": "0/8 converged"}),
+    ]
+    for text in (format_table(rows, markdown=False), format_table(rows)):
+        body = text.splitlines()
+        climb = next(ln for ln in body if ln.lstrip("| ").startswith("climb"))
+        msl = next(ln for ln in body if ln.lstrip("| ").startswith("msl"))
+        assert "NO" in climb and "yes" in msl
+        warn = [ln for ln in body if ln.startswith("WARNING")]
+        assert len(warn) == 2 and "R-hat 1.830" in warn[0] and "0/8" in warn[1]
+
+
+# -- batch predict --------------------------------------------------------------------------
+
+
+def _mixtures_csv(path, n, langs, seed=0):
+    x = np.random.default_rng(seed).dirichlet(np.ones(len(langs)), n)
+    df = pd.DataFrame(x, columns=list(langs))
+    df.insert(0, "name", [f"mix{i}" for i in range(n)])
+    df.to_csv(path, index=False, float_format="%.12f")
+    return df
+
+
+def test_predict_many_mixtures_matches_one_at_a_time(good_fit_path, tmp_path, capsys):
+    langs = ("en", "de", "zh")
+    df = _mixtures_csv(tmp_path / "m.csv", 60, langs)
+    out = tmp_path / "many.csv"
+    code, text, err = _run(
+        [
+            "predict", good_fit_path, "--budgets", "1e10,1e11", "--mixtures", tmp_path / "m.csv",
+            "-o", out,
+        ],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    table = pd.read_csv(out)
+    assert set(table["mixture"]) == set(df["name"]) and len(table) == 60 * 2 * 3 * 2
+    assert "60 mixture(s)" in text and text.count("mix59") == 2 * 3
+    one = tmp_path / "one.csv"
+    row = df.iloc[17]
+    spec = ",".join(f"{lang}={row[lang]:.12f}" for lang in langs)
+    code, _t, err = _run(
+        ["predict", good_fit_path, "--budget", "1e11", "--mixture", spec, "-o", one], capsys
+    )
+    assert code == 0, err
+    single = pd.read_csv(one)
+    a = table[(table["mixture"] == "mix17") & (table["budget"] == 1e11)]
+    for lang in langs:
+        e1 = single[(single["language"] == lang) & (single["quantity"] == "expected")]
+        e2 = a[(a["language"] == lang) & (a["quantity"] == "expected")]
+        # the law's expected loss is a deterministic function of the draws
+        assert float(e2["median"].iloc[0]) == pytest.approx(float(e1["median"].iloc[0]), 1e-9)
+
+
+def test_mixtures_file_errors_name_line_and_column(tmp_path):
+    langs = ("en", "de", "zh")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,en,de,zh\na,0.5,0.5,0\nb,0.5,x,0.5\n")
+    with pytest.raises(Exception, match=r"line 3, column de: 'x'"):
+        read_mixtures_file(bad, langs)
+    bad.write_text("name,en,de,zh\na,0.5,0.4,0\n")
+    with pytest.raises(Exception, match=r"line 2 \(a\): shares sum to 0.9"):
+        read_mixtures_file(bad, langs)
+    bad.write_text("name,en,de,zh\na,0.5,0.5,0\na,0.2,0.3,0.5\n")
+    with pytest.raises(Exception, match="repeat"):
+        read_mixtures_file(bad, langs)
+    bad.write_text("name,fr,es\na,0.5,0.5\n")
+    with pytest.raises(Exception, match="no share column"):
+        read_mixtures_file(bad, langs)
+    good = tmp_path / "m.json"
+    good.write_text(json.dumps({"a": {"en": 0.2, "de": 0.3, "zh": 0.5}}))
+    names, shares = read_mixtures_file(good, langs)
+    assert names == ["a"] and shares.shape == (1, 3)
+
+
+def test_predict_mixtures_cli_bad_file_exit_2(good_fit_path, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,en,de,zh\na,0.5,oops,0.5\n")
+    code, _out, err = _run(
+        ["predict", good_fit_path, "--budget", "1e11", "--mixtures", bad], capsys
+    )
+    assert code == 2 and "line 2, column de" in err and "Traceback" not in err
+    code, _out, err = _run(
+        ["predict", good_fit_path, "--budget", "1e11", "--mixtures", bad, "--mixture", "natural"],
+        capsys,
+    )
+    assert code == 2 and "not both" in err
+
+
+# -- evaluate --exclude ---------------------------------------------------------------------
+
+
+def test_evaluate_exclude_leaves_runs_out_of_fit_and_score(sim_frame3, tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    sim_frame3.to_csv(path, index=False)
+    runs = runs_from_frame(sim_frame3)
+    budgets = np.asarray(runs.run_budgets)
+    n_small = int((budgets < 1e10).sum())
+    out = tmp_path / "e.json"
+    code, _t, err = _run(
+        [
+            "evaluate", path, "--laws", "isolated", "--n-starts", "1",
+            "--holdout-mixtures", "2", "--exclude", "tokens<1e10", "-o", out,
+        ],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    res = json.loads(out.read_text())
+    assert len(res["excluded_runs"]) == n_small
+    assert res["n_fit_runs"] + res["n_test_runs"] == runs.n_runs - n_small
+    assert not set(res["excluded_runs"]) & set(res["held_out_runs"])
+    code, _t, err = _run(
+        ["evaluate", path, "--holdout-mixtures", "2", "--exclude", "tokens>0"], capsys
+    )
+    assert code == 2 and "excludes every run" in err
+
+
+# -- table widths ---------------------------------------------------------------------------
+
+
+def test_matrix_with_long_names_fits_100_columns():
+    names = ["commoncrawl", "github", "stackexchange", "wikipedia", "arxiv", "books"] * 2
+    names = [f"{n}{i}" for i, n in enumerate(names)]
+    mat = np.random.default_rng(0).normal(size=(12, 12))
+    text = render_matrix(names, mat, corner="source \\ target")
+    lines = text.splitlines()
+    assert max(len(ln) for ln in lines) <= 100
+    assert "githubcommoncrawl" not in text
+    for i, n in enumerate(names):  # the row labels are the legend of the numbered columns
+        assert any(ln.startswith(f"[{i + 1}] {n}") for ln in lines)
+    short = render_matrix(["en", "de"], np.zeros((2, 2)))
+    assert short.splitlines()[0].split() == ["en", "de"]
+
+
+def test_fit_summary_aligns_long_group_names(sim_frame3, capsys):
+    rename = {"en": "commoncrawl2.4e+18", "de": "github", "zh": "stackexchange-and-more"}
+    frame = sim_frame3.copy()
+    frame["language"] = frame["language"].map(rename)
+    frame = frame.rename(columns={f"r_{k}": f"r_{v}" for k, v in rename.items()})
+    fit = fit_runs(runs_from_frame(frame), method="map", seed=0, n_starts=1)
+    from climb_bayes.cli.fit_cmd import _summary_text
+
+    text = _summary_text(fit)
+    lines = text.splitlines()
+    assert max(len(ln) for ln in lines) <= 100
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("language"))
+    table = lines[start : start + 5]
+    # every row of the parameter table ends at the same column (right-aligned cells)
+    assert len({len(ln) for ln in table}) == 1
+    header = next(ln for ln in lines if ln.startswith("source \\ target"))
+    assert "githubcommoncrawl" not in header and re.search(r"\bgithub\b", header)
+
+
+def test_render_table_sizes_columns_to_content():
+    text = render_table([["a-very-long-language-name", "1"], ["x", "22"]], ["language", "v"])
+    first, rule, *rows = text.splitlines()
+    assert len({len(ln) for ln in [first, rule, *rows]}) == 1
