@@ -98,16 +98,29 @@ def draw_index(n_draws: int, n_samples: int, seed: int = 0) -> np.ndarray:
     return np.arange(n_samples) % n_draws
 
 
+def _series_keys(obs: Observations) -> np.ndarray:
+    """``(N, 2 + m)`` key of each observation's (trajectory, group): series label, group and
+    the run's mixture (1e-9 units).
+
+    Series labels are integer codes local to a table (``arange`` when a table has none); two
+    tables built separately (a published train/test pair) reuse them for different runs. A
+    trajectory's mixture is fixed, so requiring it to match too keeps such runs apart (a held-out
+    run is then a new run, not the continuation of an unrelated fitted one).
+    """
+    mix = np.rint(np.asarray(obs.run_r)[obs.run] * 1e9).astype(np.int64)
+    return np.column_stack([obs.obs_series, obs.group, mix])
+
+
 def _run_stats(fit: LawFit, obs: Observations) -> tuple:
     """Per draw, the fitted residual sums of the run group of every scored observation."""
     fo = fit.fit_obs
-    fit_keys = np.stack([fo.obs_series, fo.group], axis=1)
+    fit_keys = _series_keys(fo)
     keys, fit_gid = np.unique(fit_keys, axis=0, return_inverse=True)
     fit_gid = np.asarray(fit_gid).ravel()
     resid = fo.log_loss[None, :] - fit.predict_obs(fo)  # (S, N_fit)
     gid = jnp.asarray(fit_gid)
     st = jax.vmap(lambda e: group_stats(e, gid))(jnp.asarray(resid))
-    test_keys = np.stack([obs.obs_series, obs.group], axis=1)
+    test_keys = _series_keys(obs)
     lookup = {tuple(k): i for i, k in enumerate(keys)}
     idx = np.array([lookup.get(tuple(k), -1) for k in test_keys])
     return st, idx

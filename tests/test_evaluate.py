@@ -185,3 +185,26 @@ def test_evaluate_cli_table_extrapolating_in_budget(tmp_path, runs3, capsys):
     assert rc == 0, captured.err
     assert "R² pooled" in captured.out and "msl" in captured.out
     assert "plug-in" in captured.out
+
+
+def test_separately_read_test_table_is_not_conditioned_on_fitted_runs(sim_frame3, holdout_frame3):
+    """A held-out table read on its own (a published train/test pair) reuses the run indices of
+    the fit table; its runs are new runs, never continuations of unrelated fitted ones (the
+    bug that collapsed RegMix's coverage to 0.3: a fitted run's residual shifted the held-out
+    prediction and the scale shrank to the within-run noise)."""
+    from climb_bayes.predictive import predictive_parts
+    from climb_bayes.runs import runs_from_frame
+
+    fit_obs = Observations.from_runs(runs_from_frame(sim_frame3))
+    test_obs = Observations.from_runs(runs_from_frame(holdout_frame3))
+    assert set(test_obs.run_ids).isdisjoint(fit_obs.run_ids)
+    law = parse_laws("isolated")[0].prepare(fit_obs)
+    fit = law.fit(fit_obs, "map", FitOptions(n_starts=1, seed=0))
+    assert fit.sigma_run is not None
+    known = predictive_parts(fit, test_obs, known_runs=True)
+    new = predictive_parts(fit, test_obs, known_runs=False)
+    np.testing.assert_array_equal(known.shift, 0.0)
+    np.testing.assert_allclose(known.scale, new.scale)
+    # a run of the fit table itself is still recognised (the conditional is narrower)
+    same = predictive_parts(fit, fit_obs, known_runs=True)
+    assert np.any(same.shift != 0.0) and np.all(same.scale <= new.scale.max() + 1e-12)

@@ -15,7 +15,12 @@ from climb_bayes.design import algorithm1_design
 from climb_bayes.ensemble import EnsembleOptions
 from climb_bayes.laws.base import FitOptions, Observations
 from climb_bayes.laws.registry import get_law
-from climb_bayes.lfo_evaluate import STACKED, evaluate_lfo, format_lfo_table
+from climb_bayes.lfo_evaluate import (
+    STACKED,
+    evaluate_extrapolation,
+    evaluate_lfo,
+    format_lfo_table,
+)
 from climb_bayes.runs import runs_from_frame
 from climb_bayes.simulate import simulate_runs
 
@@ -56,6 +61,26 @@ def test_lfo_evaluation_covers_where_the_law_holds(frame):
     bins = [r.ratio_bin for r in res.rows if r.law == "climb" and r.ratio_bin != "all"]
     assert bins == ["(1.5, 2]", "(2, 4]"]
     assert "cov90" in format_lfo_table(res)
+
+
+def test_extrapolation_split_scores_by_ratio_and_covers(frame):
+    """A fixed fit/held-out split (published curves): fit <= 4e9, score 8e9 (ratio 2)."""
+    obs = Observations.from_runs(runs_from_frame(frame))
+    budget = obs.run_budget[obs.run]
+    res = evaluate_extrapolation(
+        obs.select(budget <= 4e9),
+        obs.select(budget >= 8e9),
+        [get_law("climb")],
+        FitOptions(seed=0, samples=300),
+        EnsembleOptions(method="laplace", lfo="laplace"),
+        n_predictive=800,
+    )
+    assert len(res.folds) == 1 and res.folds[0]["cut"] == pytest.approx(4e9)
+    assert res.folds[0]["n_test"] == int((budget >= 8e9).sum())
+    rows = {(r.law, r.ratio_bin): r for r in res.rows}
+    assert set(rows) == {("climb", "(1.5, 2]"), ("climb", "all")}
+    row = rows[("climb", "all")]
+    assert row.metrics["mre"] < 0.02 and 0.75 <= row.metrics["coverage"]["0.9"] <= 1.0
 
 
 def test_evaluate_cli_lfo(tmp_path, frame, capsys):
