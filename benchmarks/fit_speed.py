@@ -51,7 +51,9 @@ def gradient_ms(runs) -> float:
 def bench(m: int, args: argparse.Namespace) -> dict:
     langs = LANGS16[:m] if m <= 16 else [f"l{i}" for i in range(m)]
     world = example_params(langs, seed=0, sigma=0.01)
-    runs = runs_from_frame(simulate_runs(world, algorithm1_design(langs, [5e9, 2.5e10]), seed=0))
+    runs = runs_from_frame(
+        simulate_runs(world, algorithm1_design(langs, [5e9, 2.5e10], pool="central"), seed=0)
+    )
     config = NutsConfig(
         chains=args.chains,
         warmup=args.warmup,

@@ -17,12 +17,27 @@ import pandas as pd
 
 from climb_bayes.errors import ClimbError
 
-__all__ = ["PAPER_SHARES", "algorithm1_design", "holdout_design", "format_budget"]
+__all__ = [
+    "PAPER_SHARES",
+    "CENTRAL_SHARES",
+    "SHARE_POOLS",
+    "PAPER_RELIABLE_TOKENS",
+    "algorithm1_design",
+    "holdout_design",
+    "format_budget",
+]
 
 PAPER_SHARES = (0.02, 0.025, 0.05, 0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75, 0.8, 0.9, 0.95, 0.975, 0.98)
 """Shares ``c`` the CLIMB paper sweeps for the focal language (Appendix D)."""
 
-_DEFAULT_POOL = (0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75)
+CENTRAL_SHARES = (0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75)
+"""The central part of :data:`PAPER_SHARES` earlier versions drew ``c`` from
+(``pool="central"``): it never samples the small shares that identify ``eta``."""
+
+SHARE_POOLS = ("paper", "central")
+
+PAPER_RELIABLE_TOKENS = 2.5e10
+"""Below this fitting budget the CLIMB paper reports limited accuracy (``plan`` warns)."""
 
 
 def format_budget(tokens: float) -> str:
@@ -48,6 +63,7 @@ def algorithm1_design(
     *,
     shares: Sequence[float] | None = None,
     seed: int = 0,
+    pool: str = "paper",
 ) -> pd.DataFrame:
     """The paper's Algorithm-1 run list: ``3 * m * len(budgets)`` runs.
 
@@ -61,11 +77,14 @@ def algorithm1_design(
     budgets : sequence of float
         Token budgets ``D`` (tokens).
     shares : sequence of two floats, optional
-        The focal shares ``c``; by default two distinct values per language are drawn with
-        ``seed`` from ``(0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.75)`` (a central part of the paper's
-        grid, :data:`PAPER_SHARES`).
+        The same two focal shares ``c`` for every language (instead of drawing them).
     seed : int
         Seed for the share draw.
+    pool : {"paper", "central"}
+        Where the two ``c`` per language are drawn from. ``"paper"`` (default): the paper's
+        15-value grid :data:`PAPER_SHARES`, one from each half (``c <= 0.5`` and ``c > 0.5``), so
+        small shares -- where ``eta`` is identified -- and large ones are both sampled.
+        ``"central"``: two distinct values of :data:`CENTRAL_SHARES` (earlier versions).
 
     Returns
     -------
@@ -80,13 +99,22 @@ def algorithm1_design(
     _check(languages, budgets)
     m = len(languages)
     rng = np.random.default_rng(seed)
+    if pool not in SHARE_POOLS:
+        raise ClimbError(f"share pool must be one of {', '.join(SHARE_POOLS)}, got {pool!r}.")
+    low = [c for c in PAPER_SHARES if c <= 0.5]
+    high = [c for c in PAPER_SHARES if c > 0.5]
     if shares is not None:
         shares = [float(c) for c in shares]
         if len(shares) != 2 or any(not 0 < c < 1 for c in shares):
             raise ClimbError(f"shares must be two numbers in (0, 1), got {shares}.")
     rows = []
     for i, lang in enumerate(languages):
-        cs = shares if shares is not None else sorted(rng.choice(_DEFAULT_POOL, 2, replace=False))
+        if shares is not None:
+            cs = shares
+        elif pool == "paper":
+            cs = [float(rng.choice(low)), float(rng.choice(high))]
+        else:
+            cs = sorted(rng.choice(CENTRAL_SHARES, 2, replace=False))
         mixes = [("mono", np.eye(m)[i])]
         for c in cs:
             r = np.full(m, (1.0 - c) / (m - 1))
@@ -101,14 +129,68 @@ def algorithm1_design(
     return pd.DataFrame(rows)
 
 
+HOLDOUT_CANDIDATES = 64
+"""Dirichlet candidates per held-out mixture that :func:`holdout_design` draws."""
+
+HOLDOUT_MIN_DISTANCE = 0.1
+"""Smallest total-variation distance between two held-out mixtures (relaxed by 0.8x steps when
+the candidates cannot meet it, e.g. many mixtures of few languages)."""
+
+
 def holdout_design(
-    languages: Sequence[str], budget: float, n: int, *, seed: int = 0, concentration: float = 1.0
+    languages: Sequence[str],
+    budget: float,
+    n: int,
+    *,
+    seed: int = 0,
+    concentration: float = 1.0,
+    spread: bool = True,
 ) -> pd.DataFrame:
-    """``n`` random mixtures (Dirichlet(``concentration``)) at ``budget``, for validation."""
+    """``n`` held-out validation mixtures at ``budget``.
+
+    Parameters
+    ----------
+    languages : sequence of str
+        Language (or domain) names.
+    budget : float
+        Token budget of every held-out run (tokens).
+    n : int
+        Number of mixtures.
+    seed : int
+        Seed of the draws.
+    concentration : float
+        Dirichlet concentration of the candidates (1: uniform on the simplex).
+    spread : bool
+        Default: Dirichlet draws in order, each kept only if its total-variation distance to
+        every kept one is at least :data:`HOLDOUT_MIN_DISTANCE` (relaxed if needed), so the
+        mixtures follow the Dirichlet but no two are near-duplicates. ``False``: the first ``n``
+        raw draws (earlier versions; two could be 0.007 apart).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Plan table ``run_id, tokens, r_<lang>...``.
+    """
     languages = list(languages)
     _check(languages, [budget])
     rng = np.random.default_rng(seed)
-    r = rng.dirichlet(np.full(len(languages), concentration), size=n)
+    alpha = np.full(len(languages), concentration)
+    if spread and n > 1:
+        cand = rng.dirichlet(alpha, size=HOLDOUT_CANDIDATES * n)
+        d_min = HOLDOUT_MIN_DISTANCE
+        while True:
+            kept = [cand[0]]
+            for c in cand[1:]:
+                if len(kept) == n:
+                    break
+                if min(0.5 * np.abs(c - k).sum() for k in kept) >= d_min:
+                    kept.append(c)
+            if len(kept) == n:
+                break
+            d_min *= 0.8
+        r = np.stack(kept)
+    else:
+        r = rng.dirichlet(alpha, size=n)
     r = np.round(r, 4)
     r[:, -1] = 1.0 - r[:, :-1].sum(axis=1)
     r = np.clip(r, 0.0, 1.0)

@@ -1,6 +1,8 @@
 """Point fit: multi-start L-BFGS with JAX gradients on the Huber loss of log-loss.
 
-This is the fitting practice of the CLIMB paper and of the Chinchilla replication: minimise
+This is the fitting practice of Hoffmann et al. (2022) and of the Chinchilla replication (the
+CLIMB paper reports a Huber loss as an evaluation metric but gives neither its delta nor how it
+fitted the law): minimise
 ``sum_n Huber_delta(log L_pred - log L_obs)`` over unconstrained parameters, from several
 starts, keeping the best; each start is first refined on the least-squares loss of the same
 residuals (a pre-fit). Under a flat prior and a Huber-density likelihood this is the MAP

@@ -42,7 +42,9 @@ PRIOR_NOTES: dict[str, str] = {
         "seeing curvature we expect reducible and irreducible parts of similar size "
         "(location-only data scaling, as rstanarm's autoscale)."
     ),
-    "reducible_scale": "sd of log A_i: 1.0 lets A_i range over a factor ~7 either way (90%).",
+    "reducible_scale": (
+        "sd of log A_i: 1.0 lets A_i range over a factor ~5.2 either way (90%: e^1.645)."
+    ),
     "irreducible_loc": "log E_i; 'auto' = log(median observed loss of language i / 2).",
     "irreducible_scale": "sd of log E_i: E_i can be ~5x smaller or larger than the guess (90%).",
     "beta_median": (

@@ -315,7 +315,7 @@ def sbc_problem(
             lang: float(v) for lang, v in zip(languages, irreducible_loc, strict=True)
         },
     )
-    design = algorithm1_design(languages, budgets, seed=0)
+    design = algorithm1_design(languages, budgets, seed=0, pool="central")
     fractions = np.linspace(tail_start, 1.0, n_curve_points) if tail_start < 1 else [1.0]
     # Any world gives the design's structure; the observations are replaced per replication.
     frame = simulate_runs(example_params(languages), design, curve_fractions=fractions, noise=False)

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from climb_bayes.law import LawParams, log_loss, optimal_direction
+from climb_bayes.law import LawParams, log_loss, optimal_direction, paper_direction
 
 __all__ = [
     "Objective",
@@ -556,12 +556,21 @@ def _magnitude_derivs(x: jax.Array, theta: dict, shared: Any) -> tuple:
     return composite_derivatives(MAGNITUDE, x, theta)
 
 
-def direction_draws(params: LawParams, D: float, weights: np.ndarray) -> np.ndarray:
-    """The paper's direction ``p`` (Eq. 7) per draw, ``(n, m)``; languages with zero weight get
-    ``p_i = 0``."""
+def direction_draws(
+    params: LawParams, D: float, weights: np.ndarray, *, paper: bool = False
+) -> np.ndarray:
+    """The direction ``p`` of the two-step method per draw, ``(n, m)``.
+
+    :func:`~climb_bayes.law.optimal_direction` (the exact minimiser the paper derives ``p`` as;
+    invariant to the scale of ``weights``), or with ``paper=True`` the paper's Eq. 7 as printed
+    (:func:`~climb_bayes.law.paper_direction`). Languages with zero weight get ``p_i = 0``.
+    """
     w = np.asarray(weights, dtype=float)
+    D = jnp.asarray(D, dtype=float)
+    if not paper:
+        return np.asarray(optimal_direction(D, params.log_B, params.beta, w))
     safe = np.where(w > 0, w, 1.0)
-    p = np.asarray(optimal_direction(jnp.asarray(D, dtype=float), params.log_B, params.beta, safe))
+    p = np.asarray(paper_direction(D, params.log_B, params.beta, safe))
     p = np.where(w > 0, p, 0.0)
     return p / p.sum(axis=-1, keepdims=True)
 

@@ -30,8 +30,8 @@ def _bent(frame):
 @pytest.fixture(scope="module")
 def bent_world():
     truth = example_params(LANGS, seed=3)
-    fit_design = algorithm1_design(LANGS, FIT_BUDGETS, seed=0)
-    test_design = holdout_design(LANGS, TARGET, 12, seed=5)
+    fit_design = algorithm1_design(LANGS, FIT_BUDGETS, seed=0, pool="central")
+    test_design = holdout_design(LANGS, TARGET, 12, seed=5, spread=False)
     fit = Observations.from_runs(runs_from_frame(_bent(simulate_runs(truth, fit_design, seed=0))))
     test = Observations.from_runs(runs_from_frame(_bent(simulate_runs(truth, test_design, seed=1))))
     return fit, test

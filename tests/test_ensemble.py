@@ -51,7 +51,7 @@ def isolated_world():
         truth.languages, truth.B, truth.beta, truth.E, truth.b * 0, truth.k * 0, truth.eta,
         truth.sigma,
     )  # fmt: skip
-    design = algorithm1_design(truth.languages, [1e9, 2e9, 4e9, 8e9], seed=0)
+    design = algorithm1_design(truth.languages, [1e9, 2e9, 4e9, 8e9], seed=0, pool="central")
     frame = simulate_runs(truth, design, seed=1)
     return Observations.from_runs(runs_from_frame(frame))
 

@@ -55,7 +55,7 @@ def _covered(draws: np.ndarray, truth: np.ndarray, level: float = 0.9) -> np.nda
 
 
 def _extrapolation_error(fit, world) -> np.ndarray:
-    design = holdout_design(LANGS, EXTRAPOLATION_BUDGET, 8, seed=5)
+    design = holdout_design(LANGS, EXTRAPOLATION_BUDGET, 8, seed=5, spread=False)
     r = design[[f"r_{x}" for x in LANGS]].to_numpy()
     truth = np.exp(np.asarray(log_loss(r, EXTRAPOLATION_BUDGET, *world.law())))
     p = fit.law_draws()

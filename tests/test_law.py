@@ -15,6 +15,7 @@ from climb_bayes.law import (
     log_loss,
     loss,
     optimal_direction,
+    paper_direction,
     to_reference_units,
     transfer_strength,
 )
@@ -124,15 +125,56 @@ def test_reference_units_round_trip_and_invariance():
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_optimal_direction_equal_parameters_is_uniform_and_matches_formula():
+def test_paper_direction_equal_parameters_is_uniform_and_matches_eq7():
     m = 4
-    p = optimal_direction(1e10, np.full(m, np.log(500.0)), np.full(m, 0.3))
+    p = paper_direction(1e10, np.full(m, np.log(500.0)), np.full(m, 0.3))
     np.testing.assert_allclose(p, np.full(m, 0.25), rtol=1e-12)
     B, beta, w = np.array([300.0, 900.0]), np.array([0.2, 0.4]), np.array([1.0, 2.0])
     D = 1e10
     raw = (w * B * beta) ** (1 / (beta + 1)) * D ** (-beta / (beta + 1))
-    got = optimal_direction(D, np.log(B), beta, w)
+    got = paper_direction(D, np.log(B), beta, w)
     np.testing.assert_allclose(got, raw / raw.sum(), rtol=1e-12)
+
+
+def _simplex_minimiser(B, beta, w, D):
+    """The constrained minimiser of sum_i w_i B_i (D r_i)^-beta_i by SLSQP (independent check)."""
+    from scipy.optimize import minimize
+
+    res = minimize(
+        lambda r: np.sum(w * B * (D * r) ** (-beta)) / np.sum(w * B * D ** (-beta)),
+        np.full(B.size, 1.0 / B.size),
+        method="SLSQP",
+        bounds=[(1e-9, 1.0)] * B.size,
+        constraints=[{"type": "eq", "fun": lambda r: r.sum() - 1.0}],
+        options={"ftol": 1e-16, "maxiter": 1000},
+    )
+    return res.x
+
+
+@pytest.mark.parametrize("D", [1e10, 1e12])
+def test_optimal_direction_is_the_constrained_minimiser_for_unequal_beta(D):
+    """Issue 16: with unequal exponents Eq. 7 is off by ~0.02 in share; the exact direction is
+    the minimiser (to 1e-6) and does not move when the weights are rescaled."""
+    B, beta = np.array([300.0, 900.0, 500.0]), np.array([0.25, 0.35, 0.30])
+    w = np.array([1.0, 1.0, 1.0])
+    truth = _simplex_minimiser(B, beta, w, D)
+    got = np.asarray(optimal_direction(D, np.log(B), beta, w))
+    np.testing.assert_allclose(got, truth, atol=1e-6)
+    np.testing.assert_allclose(got.sum(), 1.0, atol=1e-12)
+    assert np.max(np.abs(np.asarray(paper_direction(D, np.log(B), beta, w)) - truth)) > 2e-3
+    for c in (0.1, 10.0, 1e4):
+        np.testing.assert_allclose(optimal_direction(D, np.log(B), beta, c * w), got, atol=1e-12)
+    # equal exponents: the exact direction is Eq. 7
+    eq = np.full(3, 0.3)
+    np.testing.assert_allclose(
+        optimal_direction(D, np.log(B), eq, w), paper_direction(D, np.log(B), eq, w), atol=1e-12
+    )
+    # a zero weight gives a zero share; the rest is the minimiser over the others
+    w0 = np.array([1.0, 0.0, 2.0])
+    got0 = np.asarray(optimal_direction(D, np.log(B), beta, w0))
+    assert got0[1] == 0.0
+    sub = _simplex_minimiser(B[[0, 2]], beta[[0, 2]], w0[[0, 2]], D)
+    np.testing.assert_allclose(got0[[0, 2]], sub, atol=1e-6)
 
 
 @pytest.mark.parametrize("shape", [(3,), (7, 3)])

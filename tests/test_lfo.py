@@ -17,7 +17,7 @@ from climb_bayes.simulate import example_params, simulate_runs
 @pytest.fixture(scope="module")
 def three_budget_obs():
     truth = example_params(("en", "de", "fr"), seed=0)
-    design = algorithm1_design(truth.languages, [1e9, 3e9, 1e10], seed=0)
+    design = algorithm1_design(truth.languages, [1e9, 3e9, 1e10], seed=0, pool="central")
     frame = simulate_runs(truth, design, seed=0)
     return Observations.from_runs(runs_from_frame(frame))
 

@@ -31,7 +31,7 @@ BUDGETS = [1e9, 2e9, 4e9, 8e9]
 @pytest.fixture(scope="module")
 def frame(world3):
     design = pd.concat(
-        [algorithm1_design(LANGS, [b], seed=i) for i, b in enumerate(BUDGETS)],
+        [algorithm1_design(LANGS, [b], seed=i, pool="central") for i, b in enumerate(BUDGETS)],
         ignore_index=True,
     )
     design["run_id"] = [f"{r}-{i}" for i, r in enumerate(design["run_id"])]

@@ -171,7 +171,9 @@ def test_blocked_fit_matches_the_joint_fit():
     """Same posterior, sampled block by block: means agree within Monte Carlo error."""
     langs = ["en", "de"]
     world = example_params(langs, seed=0, sigma=0.01)
-    runs = runs_from_frame(simulate_runs(world, algorithm1_design(langs, [5e9, 2.5e10]), seed=0))
+    runs = runs_from_frame(
+        simulate_runs(world, algorithm1_design(langs, [5e9, 2.5e10], pool="central"), seed=0)
+    )
     config = NutsConfig(chains=2, warmup=400, samples=1200, progress_bar=False)
     fits = {
         blocks: fit_runs(runs, method="nuts", config=config._replace(blocks=blocks), seed=0)

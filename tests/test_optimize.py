@@ -19,7 +19,7 @@ from climb_bayes.cli import main
 from climb_bayes.constraints import Availability, Constraints, read_availability
 from climb_bayes.decision import bayes_decision, cvar, cvar_decision, draw_losses
 from climb_bayes.errors import ClimbError
-from climb_bayes.law import LawParams, optimal_direction
+from climb_bayes.law import LawParams, optimal_direction, paper_direction
 from climb_bayes.mixtures import parse_weights
 from climb_bayes.optimize import optimize_mixture, thin_draws
 from climb_bayes.simulate import example_draws
@@ -72,8 +72,9 @@ def test_isolated_unequal_beta_exact_lagrangian():
     law = _no_transfer(np.array([0.25, 0.32, 0.4]))
     w = np.full(M, 1 / M)
     iso = isolated_optimum(law.log_B, law.beta, D, w)
-    p = np.asarray(optimal_direction(D, law.log_B, law.beta, w))
-    assert np.max(np.abs(iso - p)) > 1e-3
+    p = np.asarray(paper_direction(D, law.log_B, law.beta, w))
+    assert np.max(np.abs(iso - p)) > 1e-3  # the paper's Eq. 7 is not the optimum
+    np.testing.assert_allclose(optimal_direction(D, law.log_B, law.beta, w), iso, atol=1e-9)
     np.testing.assert_allclose(iso.sum(axis=1), 1.0, atol=1e-12)
     # KKT: the marginal loss w_i B_i beta_i D^-beta_i r_i^-(beta_i+1) is equal across languages
     marginal = w * np.exp(law.log_B) * law.beta * D ** (-law.beta) * iso ** (-(law.beta + 1))

@@ -205,3 +205,57 @@ def test_suggest_cli_errors(fit_files, capsys):
     assert "positive" in capsys.readouterr().err
     assert main(["suggest", str(nuts), "--budget", "1e12", "--weights", "1,2"]) == 2
     assert "3 languages" in capsys.readouterr().err
+
+
+def test_algorithm1_default_draws_from_both_halves_of_the_paper_grid():
+    """Issue 16: c comes from the paper's 15-value grid, one share <= 0.5 and one > 0.5 per
+    language (the small shares identify eta); the central pool stays behind pool='central'."""
+    from climb_bayes.design import CENTRAL_SHARES, PAPER_SHARES, algorithm1_design
+
+    langs = [f"l{i}" for i in range(8)]
+    seen = set()
+    for seed in range(5):
+        df = algorithm1_design(langs, [1e9], seed=seed)
+        for lang in langs:
+            mine = df[df["run_id"].str.startswith(f"{lang}-c")]
+            cs = sorted(float(x) for x in mine[f"r_{lang}"])
+            assert len(cs) == 2 and cs[0] <= 0.5 < cs[1]
+            assert all(min(abs(c - g) for g in PAPER_SHARES) < 1e-12 for c in cs)
+            seen.update(cs)
+    assert min(seen) < 0.1 and max(seen) > 0.75  # outside the old central pool
+    old = algorithm1_design(langs, [1e9], seed=0, pool="central")
+    cs = old[old["run_id"].str.contains("-c")]
+    assert all(
+        any(abs(float(row[f"r_{rid.split('-')[0]}"]) - g) < 1e-12 for g in CENTRAL_SHARES)
+        for rid, (_, row) in zip(cs["run_id"], cs.iterrows(), strict=True)
+    )
+    with pytest.raises(ClimbError, match="share pool"):
+        algorithm1_design(langs, [1e9], pool="grid")
+
+
+def test_holdout_mixtures_are_spread_apart():
+    """Issue 16: raw Dirichlet holdouts can be near-duplicates (TV distance 0.007 with seed 1);
+    the default keeps every pair >= 0.1 apart."""
+    from climb_bayes.design import HOLDOUT_MIN_DISTANCE, holdout_design
+
+    def min_tv(df):
+        r = df[[c for c in df.columns if c.startswith("r_")]].to_numpy()
+        d = 0.5 * np.abs(r[:, None] - r[None]).sum(-1)
+        return d[~np.eye(len(r), dtype=bool)].min()
+
+    langs = ["en", "de", "zh"]
+    assert min_tv(holdout_design(langs, 1e10, 8, seed=1, spread=False)) < 0.01
+    for seed in range(4):
+        spread = holdout_design(langs, 1e10, 8, seed=seed)
+        assert min_tv(spread) >= HOLDOUT_MIN_DISTANCE - 1e-3  # 4-decimal rounding
+        r = spread[[f"r_{x}" for x in langs]].to_numpy()
+        np.testing.assert_allclose(r.sum(axis=1), 1.0, atol=1e-12)
+    many = holdout_design(langs, 1e10, 60, seed=0)  # more than fit at 0.1: relaxed, still apart
+    assert len(many) == 60 and min_tv(many) > 0.0
+
+
+def test_plan_warns_below_the_papers_reliable_budget(capsys):
+    assert main(["plan", "--languages", "en,de", "--budgets", "1e9"]) == 0
+    assert "below 25B" in capsys.readouterr().err
+    assert main(["plan", "--languages", "en,de", "--budgets", "2.5e10,1e11"]) == 0
+    assert "below 25B" not in capsys.readouterr().err

@@ -94,7 +94,8 @@ def test_coverage_known_truth_and_overconfident(world3):
     4-sd band; the over-confident model covers ~6% of points."""
     law, sigma = _truth_draws(world3, 100)
     held = runs_from_frame(
-        simulate_runs(world3, holdout_design(LANGS, 2.5e11, 40, seed=5), seed=5), tail_start=0.2
+        simulate_runs(world3, holdout_design(LANGS, 2.5e11, 40, seed=5, spread=False), seed=5),
+        tail_start=0.2,
     )
     good = coverage(law, NoiseModel(sigma, "normal"), held, (0.5, 0.9))
     assert 0.86 <= good[0.9] <= 0.94
@@ -122,7 +123,9 @@ def test_coverage_of_a_nuts_fit_at_larger_budgets(nuts_fit3, world3):
     one = LawParams(*(np.median(np.asarray(x), axis=0)[None] for x in law))
     plug = NoiseModel(np.median(nm.sigma, axis=0)[None], nm.likelihood, nm.df)
     for budget, seed in ((1e11, 2), (2.5e11, 3)):
-        frame = simulate_runs(world3, holdout_design(LANGS, budget, 30, seed=seed), seed=seed)
+        frame = simulate_runs(
+            world3, holdout_design(LANGS, budget, 30, seed=seed, spread=False), seed=seed
+        )
         held = runs_from_frame(frame, tail_start=0.2)
         full = coverage(law, nm, held, (0.9,))[0.9]
         assert 0.82 <= full <= 0.97

@@ -30,6 +30,20 @@ __all__ = ["plan"]
     help="The two focal shares c (e.g. 0.2,0.5); by default two are drawn per language.",
 )
 @click.option(
+    "--share-pool",
+    type=click.Choice(["paper", "central"]),
+    default="paper",
+    show_default=True,
+    help="Where the two c per language are drawn from: the paper's 15-value grid, one from each "
+    "half (<= 0.5 and > 0.5), or the central values 0.1-0.75 of earlier versions.",
+)
+@click.option(
+    "--no-spread",
+    is_flag=True,
+    help="Hold-out mixtures as raw Dirichlet draws (earlier versions) instead of keeping them "
+    "at least 0.1 apart in total variation.",
+)
+@click.option(
     "--seed",
     type=int,
     default=0,
@@ -59,6 +73,8 @@ def plan(
     languages: str,
     budgets_text: str,
     shares: str | None,
+    share_pool: str,
+    no_spread: bool,
     seed: int,
     holdout: int,
     holdout_budget: str | None,
@@ -73,7 +89,7 @@ def plan(
     """
     import pandas as pd
 
-    from climb_bayes.design import algorithm1_design, holdout_design
+    from climb_bayes.design import PAPER_RELIABLE_TOKENS, algorithm1_design, holdout_design
     from climb_bayes.mixtures import parse_number
 
     langs = [x.strip() for x in languages.split(",") if x.strip()]
@@ -83,7 +99,14 @@ def plan(
         share_list = [parse_number(x, "--shares") for x in shares.split(",") if x.strip()]
     if holdout < 0:
         raise ClimbError(f"--holdout must be >= 0, got {holdout}.")
-    df = algorithm1_design(langs, budgets, shares=share_list, seed=seed)
+    df = algorithm1_design(langs, budgets, shares=share_list, seed=seed, pool=share_pool)
+    if min(budgets) < PAPER_RELIABLE_TOKENS:
+        echo_err(
+            f"warning: budgets below {fmt_tokens(PAPER_RELIABLE_TOKENS)} tokens "
+            f"({', '.join(fmt_tokens(b) for b in budgets if b < PAPER_RELIABLE_TOKENS)}): the "
+            "CLIMB paper reports limited accuracy when the law is fitted below 25B tokens "
+            "(check extrapolation with `evaluate --lfo` on the trained runs)."
+        )
     n_main = len(df)
     if holdout:
         hb = float(
@@ -91,7 +114,10 @@ def plan(
             if holdout_budget is not None
             else 4.0 * max(budgets)
         )
-        df = pd.concat([df, holdout_design(langs, hb, holdout, seed=seed + 1)], ignore_index=True)
+        df = pd.concat(
+            [df, holdout_design(langs, hb, holdout, seed=seed + 1, spread=not no_spread)],
+            ignore_index=True,
+        )
     total = float(df["tokens"].sum())
     summary = (
         f"{n_main} Algorithm-1 runs ({len(langs)} languages x 3 mixtures x {len(budgets)} "

@@ -775,8 +775,8 @@ def fit_nuts(
         jnp.asarray(obs.log_loss),
         extra_fields=("diverging",),
     )
+    grouped = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))  # dispatch is async
     seconds = time.perf_counter() - t0
-    grouped = mcmc.get_samples(group_by_chain=True)
     stats = summary({k: np.asarray(v) for k, v in grouped.items()}, group_by_chain=True)
     rhat = max(float(np.nanmax(s["r_hat"])) for s in stats.values())
     ess = min(float(np.nanmin(s["n_eff"])) for s in stats.values())
