@@ -273,3 +273,13 @@ def test_render_table_sizes_columns_to_content():
     text = render_table([["a-very-long-language-name", "1"], ["x", "22"]], ["language", "v"])
     first, rule, *rows = text.splitlines()
     assert len({len(ln) for ln in [first, rule, *rows]}) == 1
+
+
+def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, capsys):
+    """Cases from docs/decisions.md's table that used to pass silently or mislead."""
+    code, _o, err = _run(["plot", good_fit_path, "--kind", "fan", "--budget", "-1"], capsys)
+    assert code == 2 and "--budget must be a positive" in err
+    runs = tmp_path / "runs.csv"
+    runs.write_text("run_id,tokens,r_en,r_de,loss_en,loss_de\na,1e9,0.5,0.5,3.0,3.1\n")
+    code, _o, err = _run(["evaluate", runs, "--lfo", "--lfo-folds", "0"], capsys)
+    assert code == 2 and "--lfo-folds must be >= 1" in err

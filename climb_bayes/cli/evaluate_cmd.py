@@ -190,6 +190,8 @@ def evaluate(
         )
     if n_starts < 1:
         raise ClimbError(f"--n-starts must be >= 1, got {n_starts}.")
+    if lfo and lfo_folds < 1:
+        raise ClimbError(f"--lfo-folds must be >= 1, got {lfo_folds}.")
     if method == "nuts" and (chains < 1 or samples < chains or warmup < 1):
         raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
     families = read_families(families_file) if families_file else None

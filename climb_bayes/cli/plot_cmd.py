@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from climb_bayes.cli._decide import load_fit_checked, strict_option
+from climb_bayes.errors import ClimbError
 
 __all__ = ["plot"]
 
@@ -61,6 +62,8 @@ def plot(
     """Draw figures of the fit in FIT.nc into a folder, one file per kind and format."""
     from climb_bayes.plots import KINDS, save_figure
 
+    if budget is not None and not (budget > 0 and budget < float("inf")):
+        raise ClimbError(f"--budget must be a positive number of tokens, got {budget:g}.")
     fit = load_fit_checked(fit_path, strict)
     selected = list(KINDS) if "all" in kinds else list(dict.fromkeys(kinds))
     for kind in selected:
