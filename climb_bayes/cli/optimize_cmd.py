@@ -3,12 +3,14 @@ and how it compares with the mixtures in use today."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import click
 import numpy as np
 
 from climb_bayes.cli._decide import (
+    TABLE_WIDTH,
     echo_err,
     enable_compile_cache,
     fit_header,
@@ -288,49 +290,54 @@ def _print_result(res: object, levels: tuple[float, ...], cvar: object) -> None:
     header += ["CLIMB r*", f"CLIMB r* {pct}", "two-step", f"two-step {pct}", "bounds"]
     click.echo(render_table(rows, header))
     gap = res.two_step_loss - res.direct_loss
-    click.echo(
-        f"  decisions and comparisons under: {res.predictive}. r* (default) = per-draw optimum "
-        "under it (laws, posterior draws and extrapolation discrepancy); CLIMB r* = direct "
-        f"minimiser per CLIMB posterior draw; two-step = paper (rho={res.rho:g}), its weighted "
-        f"loss {np.median(gap):.2e} nats above CLIMB r* (median over draws)."
+    text = (
+        f"decisions and comparisons under: {res.predictive}. r* (default) = per-draw optimum "
+        "under it (laws, posterior draws and extrapolation discrepancy): the recommendation; "
+        "CLIMB r* = direct minimiser per CLIMB posterior draw; two-step = the paper's method "
+        f"(rho={res.rho:g}; exact direction p, docs/decisions.md), shown for reference: its "
+        f"weighted loss is {np.median(gap):.2e} nats above CLIMB r* (median over draws)."
     )
+    click.echo(textwrap.fill(text, TABLE_WIDTH, initial_indent="  ", subsequent_indent="  "))
     if res.risk_averse is not None:
         click.echo(
             f"  CVaR({res.risk:g}) of the weighted loss: recommended "
             f"{cvar(res.risk_losses, res.risk):.4f}, Bayes {cvar(res.bayes_losses, res.risk):.4f}"
         )
-    rows = []
+    rows, notes = [], []
     for c in res.comparisons:
         first = c is res.comparisons[0]
+        mark = ""
+        if c.note:  # free text goes under the table, marked, so columns stay narrow
+            notes.append(f"  [{len(notes) + 1}] {c.name}: {c.note}")
+            mark = f" [{len(notes)}]"
         rows.append(
             [
-                c.name,
+                c.name + mark,
                 f"{c.mean:.4f}",
                 fmt_interval(*c.intervals[top]),
                 "" if first else f"{c.excess:+.4f}",
                 "" if first else f"{c.p_beaten:.2f}",
-                c.note,
             ]
         )
     click.echo("\n  weighted loss (nats/token) over the posterior, against the recommendation:")
     click.echo(
-        render_table(
-            rows,
-            ["mixture", "expected", f"{pct} interval", "excess", "P(rec. better)", "note"],
-        )
+        render_table(rows, ["mixture", "expected", f"{pct} interval", "excess", "P(rec. better)"])
     )
+    for line in notes:
+        click.echo(line)
     small = [
         c.name
         for c in res.comparisons[1:]
         if np.isfinite(c.excess) and abs(c.excess) < res.gain_noise
     ]
     if small:
-        click.echo(
-            f"  note: the expected gain over {', '.join(small)} is smaller than the spread of "
+        text = (
+            f"note: the expected gain over {', '.join(small)} is smaller than the spread of "
             f"the loss difference across the predictive ({res.gain_noise:.4f} nats, sd; "
             "extrapolation discrepancy included): the recommendation is not reliably better "
             "there; P(rec. better) says how often it is."
         )
+        click.echo(textwrap.fill(text, TABLE_WIDTH, initial_indent="  ", subsequent_indent="  "))
     for name, why in res.skipped.items():
         click.echo(f"  skipped {name}: {why}")
 
