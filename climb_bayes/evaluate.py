@@ -35,7 +35,8 @@ __all__ = ["EvalRow", "evaluate_laws", "format_table", "rows_to_json", "METRIC_C
 METRIC_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("r2_pooled", "R² pooled", "{:.3f}"),
     ("r2_group_mean", "R² per-group", "{:.3f}"),
-    ("huber", "Huber", "{:.2e}"),
+    ("huber_log", "Huber(log)", "{:.2e}"),
+    ("huber_loss", "Huber(loss)", "{:.2e}"),
     ("mre", "MRE", "{:.2%}"),
     ("rmsle", "RMSLE", "{:.4f}"),
     ("cov50", "cov50", "{:.2f}"),

@@ -135,7 +135,8 @@ def test_evaluate_cli_end_to_end(tmp_path, runs3, capsys):
         for key in (
             "r2_pooled",
             "r2_group_mean",
-            "huber",
+            "huber_log",
+            "huber_loss",
             "mre",
             "rmsle",
             "cal_error",

@@ -12,6 +12,7 @@ from climb_bayes.metrics import (
     calibration_error,
     crps_samples,
     huber_log,
+    huber_loss,
     interval_coverage,
     log_predictive_density,
     mean_relative_error,
@@ -46,6 +47,11 @@ def test_huber_mre_rmsle_hand_computed():
     pred = obs * np.exp([0.0005, 0.01])  # one quadratic, one linear residual
     expected = (0.5 * 0.0005**2 + 1e-3 * (0.01 - 0.0005)) / 2
     assert huber_log(pred, obs) == pytest.approx(expected, rel=1e-9)
+    # on the loss itself, delta = 1 nat: 0.03 nats is quadratic, 2 nats linear
+    got = huber_loss(np.array([3.03, 5.0]), np.array([3.0, 3.0]))
+    assert got == pytest.approx((0.5 * 0.03**2 + 1.0 * (2.0 - 0.5)) / 2, rel=1e-9)
+    # the scale of the CLIMB paper's Table 1 (0.2-8 x 1e-3) for 1-4% errors at 2-3 nats
+    assert 2e-4 < huber_loss(3.0 * np.array([1.01, 0.98]), np.array([3.0, 3.0])) < 8e-3
     assert mean_relative_error(np.array([1.1, 0.9]), np.array([1.0, 1.0])) == pytest.approx(0.1)
     assert rmsle(np.exp([0.1, -0.1]), np.ones(2)) == pytest.approx(0.1)
 
@@ -104,7 +110,10 @@ def test_score_reports_everything():
     point = np.log(loss) + 0.01
     samples = np.log(loss)[None] + rng.normal(0, 0.02, (200, 60))
     out = score(loss, group, point, samples, np.full((1, 60), -1.0), n_groups=3)
-    for key in ("r2_pooled", "r2_group_mean", "huber", "mre", "rmsle", "cal_error", "crps"):
+    for key in (
+        "r2_pooled", "r2_group_mean", "huber_log", "huber_loss", "mre", "rmsle", "cal_error",
+        "crps",
+    ):  # fmt: skip
         assert np.isfinite(out[key])
     assert out["lpd"] == pytest.approx(-1.0)
     assert set(out["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}

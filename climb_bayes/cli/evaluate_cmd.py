@@ -160,7 +160,7 @@ def evaluate(
     out: Path | None,
 ) -> None:
     """Score laws on held-out runs of RUNS_FILE: R² (pooled and per group), Huber loss on
-    log-loss, mean relative error, RMSLE, interval coverage, calibration error, CRPS and log
+    log-loss and on loss, mean relative error, RMSLE, interval coverage, calibration error, CRPS and log
     predictive density.
 
     Every law is fitted on the runs that are not held out. Give exactly one of --holdout,
