@@ -34,7 +34,14 @@ import pandas as pd
 
 from climb_bayes.errors import RunsFormatError
 
-__all__ = ["RunsData", "read_runs", "runs_from_frame", "dense_groups", "DEFAULT_TAIL_START"]
+__all__ = [
+    "RunsData",
+    "read_runs",
+    "runs_from_frame",
+    "dense_groups",
+    "DEFAULT_TAIL_START",
+    "PAPER_TAIL_POINTS",
+]
 
 DEFAULT_TAIL_START = 0.85
 """Default start of the fitted tail, as a fraction of each run's budget (last 15% of training)."""
@@ -58,6 +65,10 @@ _RENORM_HINT = "--renormalize (renormalize=True)"
 # --------------------------------------------------------------------------------------------
 # RunsData
 # --------------------------------------------------------------------------------------------
+
+
+PAPER_TAIL_POINTS = 3
+"""Evaluation points the CLIMB paper averages into a run's validation loss."""
 
 
 def dense_groups(*keys: np.ndarray) -> np.ndarray:
@@ -514,6 +525,67 @@ class RunsData:
             run_series=None if self.run_series is None else self.run_series[idx],
         )
 
+    def average_tail(self, k: int = PAPER_TAIL_POINTS) -> RunsData:
+        """Each run's last ``k`` evaluation points averaged into one (the paper's practice).
+
+        The CLIMB paper's validation loss of a run is "the loss averaged across the final
+        three training steps". Here, per run and language, the mean of the losses at the run's
+        last ``k`` evaluation points (of the kept tail; fewer when the run has fewer), placed at
+        the last point's ``tokens_seen``. The result has one point per run. Applied after
+        ``tail_start``.
+
+        Parameters
+        ----------
+        k : int
+            Points to average (>= 1; 3 in the paper).
+
+        Returns
+        -------
+        RunsData
+
+        References
+        ----------
+        .. [1] Guo et al. (2025), Sec. 4.1 and Appendix E ("averaging the loss across the final
+           three training steps of each run").
+        """
+        if int(k) != k or k < 1:
+            raise RunsFormatError(
+                f"{self.source}: --tail-average must be a whole number >= 1, got {k!r}."
+            )
+        k = int(k)
+        n_runs = len(self.run_ids)
+        tokens, losses, excluded = [], [], []
+        for r in range(n_runs):
+            pts = np.flatnonzero(self.point_run == r)
+            pts = pts[np.argsort(self.point_tokens[pts], kind="stable")][-k:]
+            tokens.append(self.point_tokens[pts[-1]])
+            with np.errstate(invalid="ignore"):
+                block = self.point_loss[pts]
+                finite = np.isfinite(block)
+                total = np.where(finite, block, 0.0).sum(axis=0)
+                count = finite.sum(axis=0)
+                losses.append(np.where(count > 0, total / np.maximum(count, 1), np.nan))
+            if self.point_n_excluded is not None:
+                excluded.append(int(np.max(self.point_n_excluded[pts])))
+        return RunsData.from_arrays(
+            self.languages,
+            self.run_ids,
+            self.run_proportions,
+            self.run_budgets,
+            np.arange(n_runs),
+            np.asarray(tokens, dtype=float),
+            np.asarray(losses, dtype=float).reshape(n_runs, len(self.languages)),
+            source=self.source,
+            sha256=self.sha256,
+            form=self.form,
+            tail_start=self.tail_start,
+            n_excluded_zero_share=self.n_excluded_zero_share,
+            n_points_dropped_head=self.n_points_dropped_head,
+            point_n_excluded=np.asarray(excluded) if excluded else None,
+            run_n_dropped_head=self.run_n_dropped_head,
+            run_series=self.run_series,
+        )
+
 
 # --------------------------------------------------------------------------------------------
 # Public readers
@@ -526,6 +598,7 @@ def read_runs(
     tail_start: float = DEFAULT_TAIL_START,
     renormalize: bool = False,
     languages: Sequence[str] | None = None,
+    tail_average: int | None = None,
 ) -> RunsData:
     """Read and validate a runs table from a CSV or Parquet file.
 
@@ -542,6 +615,9 @@ def read_runs(
         (within 1e-6), also after a ``languages`` selection drops languages.
     languages : sequence of str, optional
         Keep only these languages, in this order.
+    tail_average : int, optional
+        Average each run's last ``k`` evaluation points into one
+        (:meth:`RunsData.average_tail`; the paper's practice with ``k = 3``).
 
     Returns
     -------
@@ -587,6 +663,8 @@ def read_runs(
         renormalize=renormalize,
         languages=languages,
     )
+    if tail_average is not None:
+        data = data.average_tail(tail_average)
     _warn_if_few(data, stacklevel=3)
     return data
 
@@ -598,6 +676,7 @@ def runs_from_frame(
     tail_start: float = DEFAULT_TAIL_START,
     renormalize: bool = False,
     languages: Sequence[str] | None = None,
+    tail_average: int | None = None,
 ) -> RunsData:
     """Validate a runs table held in a pandas DataFrame.
 
@@ -608,7 +687,7 @@ def runs_from_frame(
         messages are the 0-based position plus 2 (as if the frame were a CSV file).
     source : str, default "<frame>"
         Name used in error messages and stored in :attr:`RunsData.source`.
-    tail_start, renormalize, languages
+    tail_start, renormalize, languages, tail_average
         As in :func:`read_runs`.
 
     Returns
@@ -634,6 +713,8 @@ def runs_from_frame(
         renormalize=renormalize,
         languages=languages,
     )
+    if tail_average is not None:
+        data = data.average_tail(tail_average)
     _warn_if_few(data, stacklevel=3)
     return data
 

@@ -552,3 +552,48 @@ def test_100k_long_rows_fast():
     assert d.n_points == n_runs * 7  # points at 34/40 ... 40/40 of the budget
     assert d.n_points_dropped_head == n_runs * 33
     assert d.n_obs == d.n_points * m
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
+def test_average_tail_is_the_papers_validation_loss(sim_frame3):
+    """Issue 16: the paper's validation loss averages the final three evaluation points."""
+    from climb_bayes.runs import PAPER_TAIL_POINTS
+
+    full = runs_from_frame(sim_frame3, tail_start=0.5)
+    avg = runs_from_frame(sim_frame3, tail_start=0.5, tail_average=PAPER_TAIL_POINTS)
+    assert len(avg.point_run) == len(avg.run_ids) == len(full.run_ids)
+    for r, run_id in enumerate(full.run_ids):
+        pts = np.flatnonzero(full.point_run == r)
+        pts = pts[np.argsort(full.point_tokens[pts])]
+        assert len(pts) >= 3
+        last = pts[-3:]
+        np.testing.assert_allclose(
+            avg.point_loss[r], np.nanmean(full.point_loss[last], axis=0), rtol=1e-12
+        )
+        assert avg.point_tokens[r] == full.point_tokens[pts[-1]]
+        assert avg.run_ids[r] == run_id
+    # zero shares stay excluded; k larger than the tail averages what there is
+    assert np.array_equal(np.isnan(avg.point_loss), full.run_proportions == 0)
+    big = full.average_tail(1000)
+    for r in range(len(full.run_ids)):
+        sel = full.point_run == r
+        np.testing.assert_allclose(
+            big.point_loss[r], np.nanmean(full.point_loss[sel], axis=0), rtol=1e-12
+        )
+    with pytest.raises(RunsFormatError, match="tail-average"):
+        full.average_tail(0)
+
+
+def test_cli_fit_tail_average(sim_frame3, tmp_path, capsys):
+    from climb_bayes.cli import main
+
+    path = tmp_path / "runs.csv"
+    sim_frame3.to_csv(path, index=False)
+    out = tmp_path / "fit.nc"
+    args = ["fit", str(path), "--method", "map", "--laws", "climb", "--tail-average", "3"]
+    assert main([*args, "-o", str(out)]) == 0
+    text = capsys.readouterr().err
+    avg = runs_from_frame(sim_frame3, tail_average=3)
+    n_runs = sim_frame3["run_id"].nunique()
+    assert f"observations: {len(avg.obs_loss)} at {n_runs} evaluation points" in text
+    assert main(["fit", str(path), "--method", "map", "--tail-average", "0", "-o", str(out)]) == 2

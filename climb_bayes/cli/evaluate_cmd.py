@@ -125,6 +125,14 @@ def _echo(msg: str) -> None:
     show_default=True,
     help="Keep curve points with tokens_seen >= this fraction of the budget.",
 )
+@click.option(
+    "--tail-average",
+    type=int,
+    default=None,
+    metavar="K",
+    help="Average each run's last K evaluation points into one observation (the CLIMB paper "
+    "averages the final 3 training steps).",
+)
 @click.option("--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1.")
 @click.option("--languages", default=None, help="Comma-separated subset of groups.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
@@ -154,14 +162,15 @@ def evaluate(
     samples: int,
     priors_file: Path | None,
     tail_start: float,
+    tail_average: int | None,
     renormalize: bool,
     languages: str | None,
     as_json: bool,
     out: Path | None,
 ) -> None:
     """Score laws on held-out runs of RUNS_FILE: R² (pooled and per group), Huber loss on
-    log-loss and on loss, mean relative error, RMSLE, interval coverage, calibration error, CRPS and log
-    predictive density.
+    log-loss and on loss, mean relative error, RMSLE, interval coverage, calibration error,
+    CRPS and log predictive density.
 
     Every law is fitted on the runs that are not held out. Give exactly one of --holdout,
     --holdout-runs, --holdout-mixtures and --lfo; --exclude drops runs from both sides first.
@@ -198,7 +207,13 @@ def evaluate(
     laws = parse_laws(laws_spec, families=families)
     priors = load_priors(priors_file)
     langs = [s.strip() for s in languages.split(",")] if languages else None
-    runs = read_runs(runs_file, tail_start=tail_start, renormalize=renormalize, languages=langs)
+    runs = read_runs(
+        runs_file,
+        tail_start=tail_start,
+        renormalize=renormalize,
+        languages=langs,
+        tail_average=tail_average,
+    )
     excluded: list[str] = []
     if exclude_expr is not None:
         drop = exclude_mask(runs, exclude_expr)

@@ -87,6 +87,14 @@ def _echo(msg: str) -> None:
     show_default=True,
     help="Keep curve points with tokens_seen >= this fraction of the budget.",
 )
+@click.option(
+    "--tail-average",
+    type=int,
+    default=None,
+    metavar="K",
+    help="Average each run's last K evaluation points into one observation (the CLIMB paper "
+    "averages the final 3 training steps).",
+)
 @click.option("--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1.")
 @click.option("--languages", default=None, help="Comma-separated subset of languages to fit.")
 @click.option(
@@ -141,6 +149,7 @@ def fit(
     likelihood,
     hierarchical_transfer,
     tail_start,
+    tail_average,
     renormalize,
     languages,
     dataset,
@@ -173,7 +182,13 @@ def fit(
         label = dataset_label(name)
         _echo(f"no runs file given: fitting the shipped '{name}' dataset ({label})")
     langs = [s.strip() for s in languages.split(",")] if languages else None
-    runs = read_runs(runs_file, tail_start=tail_start, renormalize=renormalize, languages=langs)
+    runs = read_runs(
+        runs_file,
+        tail_start=tail_start,
+        renormalize=renormalize,
+        languages=langs,
+        tail_average=tail_average,
+    )
     _echo(runs.summary())
     priors = load_priors(
         priors_file, likelihood=likelihood, hierarchical_transfer=hierarchical_transfer
