@@ -103,9 +103,7 @@ def evaluate_lfo(
     LfoEvaluation
         One row per predictive and ratio bin (plus ``"all"``), and one record per fold.
     """
-    common = obs
-    for law in laws:
-        common = law.prepare(obs).usable(common)
+    common = _usable_by_all(obs, laws)
     folds = lfo_folds(common, max_folds=max_folds)
     if not folds:
         raise ClimbError(
@@ -121,6 +119,14 @@ def evaluate_lfo(
     return _evaluate_splits(
         splits, laws, options, ens, n_predictive=n_predictive, levels=levels, log=log
     )
+
+
+def _usable_by_all(obs: Observations, laws: Sequence[Law]) -> Observations:
+    """The observations every law can predict (laws compare on the same points)."""
+    common = obs
+    for law in laws:
+        common = law.prepare(obs).usable(common)
+    return common
 
 
 class Split(NamedTuple):
@@ -160,10 +166,7 @@ def evaluate_extrapolation(
     -------
     LfoEvaluation
     """
-    common_train, common_test = train, test
-    for law in laws:
-        common_train = law.prepare(train).usable(common_train)
-        common_test = law.prepare(test).usable(common_test)
+    common_train, common_test = _usable_by_all(train, laws), _usable_by_all(test, laws)
     cut = float(np.max(common_train.run_budget[common_train.run]))
     ratio = common_test.run_budget[common_test.run] / cut
     split = Split(common_train, common_test, ratio, cut)

@@ -181,6 +181,14 @@ def validate_shares(shares: dict[str, float], languages: Sequence[str], source: 
     return r / total
 
 
+def _load_json(p: Path, path: object) -> object:
+    """The parsed JSON of a mixture file (a clear error when it is not JSON)."""
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ClimbError(f"{path}: not valid JSON ({exc}).") from None
+
+
 def read_mixture_file(path: str, languages: Sequence[str]) -> np.ndarray:
     """Read a mixture from a JSON or CSV file (``FILE#run_id`` picks a plan row)."""
     row_id = None
@@ -190,10 +198,7 @@ def read_mixture_file(path: str, languages: Sequence[str]) -> np.ndarray:
     if not p.is_file():
         raise ClimbError(f"{path}: mixture file not found.")
     if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ClimbError(f"{path}: not valid JSON ({exc}).") from None
+        data = _load_json(p, path)
         if isinstance(data, dict) and isinstance(data.get("shares"), dict):
             data = data["shares"]
         if not isinstance(data, dict):
@@ -262,10 +267,7 @@ def read_mixtures_file(path: str | Path, languages: Sequence[str]) -> tuple[list
         raise ClimbError(f"{path}: mixtures file not found.")
     rows: list[tuple[str, dict[str, float], str]] = []  # name, shares, where (for errors)
     if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ClimbError(f"{path}: not valid JSON ({exc}).") from None
+        data = _load_json(p, path)
         items = list(data.items()) if isinstance(data, dict) else None
         if isinstance(data, list):
             items = [

@@ -144,6 +144,21 @@ def fmt_interval(lo: float, hi: float, digits: int = 4) -> str:
     return f"[{f(lo)}, {f(hi)}]"
 
 
+def _column_blocks(widths: Sequence[int], used: int, width: int, first: int) -> list[list[int]]:
+    """Split columns (``widths``, each printed after two spaces, numbered from ``first``) into
+    consecutive blocks that fit ``width`` after ``used`` columns of labels; at least one column
+    per block, and one (empty) block when there are no columns."""
+    blocks, start = [], 0
+    while start < len(widths) or not blocks:
+        stop, total = start, used
+        while stop < len(widths) and (stop == start or total + widths[stop] + 2 <= width):
+            total += widths[stop] + 2
+            stop += 1
+        blocks.append([first + j for j in range(start, stop)])
+        start = stop
+    return blocks
+
+
 def render_table(
     rows: Sequence[Sequence[str]],
     header: Sequence[str],
@@ -159,14 +174,7 @@ def render_table(
     width = TABLE_WIDTH if width is None else width
     cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
     widths = [max(len(row[j]) for row in cells) for j in range(len(header))]
-    blocks, start = [], 1
-    while start < len(header) or not blocks:
-        used, stop = len(indent) + widths[0], start
-        while stop < len(header) and (stop == start or used + widths[stop] + 2 <= width):
-            used += widths[stop] + 2
-            stop += 1
-        blocks.append([0, *range(start, stop)])
-        start = stop
+    blocks = [[0, *cols] for cols in _column_blocks(widths[1:], len(indent) + widths[0], width, 1)]
     lines = []
     for b, cols in enumerate(blocks):
         if b:
@@ -210,14 +218,7 @@ def render_matrix(
         labels = [f"[{i + 1}] {n}" for i, n in enumerate(names)]
     label_w = max(len(corner), *(len(x) for x in labels))
     col_w = [max(cell_w, len(h)) for h in heads]
-    blocks, start = [], 0
-    while start < m:
-        used, stop = len(indent) + label_w, start
-        while stop < m and (stop == start or used + col_w[stop] + 2 <= width):
-            used += col_w[stop] + 2
-            stop += 1
-        blocks.append(range(start, stop))
-        start = stop
+    blocks = _column_blocks(col_w, len(indent) + label_w, width, 0)
     lines = []
     for k, cols in enumerate(blocks):
         if k:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from climb_bayes.cli._runs_table import families_option, read_runs_table, runs_table_options
+
 __all__ = ["evaluate"]
 
 
@@ -87,13 +89,7 @@ def _echo(msg: str) -> None:
     help="Point fit (multi-start Huber L-BFGS), posterior (NUTS) or Laplace approximation at "
     "the posterior mode, for every law.",
 )
-@click.option(
-    "--families",
-    "families_file",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Group -> family file (CSV group,family or JSON) for MSL's per-family form.",
-)
+@families_option
 @click.option(
     "--seed",
     type=int,
@@ -118,23 +114,7 @@ def _echo(msg: str) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Priors TOML (CLIMB priors; the noise model applies to every law).",
 )
-@click.option(
-    "--tail-start",
-    type=float,
-    default=0.85,
-    show_default=True,
-    help="Keep curve points with tokens_seen >= this fraction of the budget.",
-)
-@click.option(
-    "--tail-average",
-    type=int,
-    default=None,
-    metavar="K",
-    help="Average each run's last K evaluation points into one observation (the CLIMB paper "
-    "averages the final 3 training steps).",
-)
-@click.option("--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1.")
-@click.option("--languages", default=None, help="Comma-separated subset of groups.")
+@runs_table_options("Comma-separated subset of groups.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @click.option(
     "-o",
@@ -189,7 +169,6 @@ def evaluate(
     from climb_bayes.laws.msl import read_families
     from climb_bayes.laws.registry import parse_laws
     from climb_bayes.priors import load_priors
-    from climb_bayes.runs import read_runs
 
     chosen = [x is not None for x in (holdout_expr, holdout_runs, holdout_mixtures)] + [lfo]
     if sum(chosen) != 1:
@@ -206,13 +185,12 @@ def evaluate(
     families = read_families(families_file) if families_file else None
     laws = parse_laws(laws_spec, families=families)
     priors = load_priors(priors_file)
-    langs = [s.strip() for s in languages.split(",")] if languages else None
-    runs = read_runs(
+    runs = read_runs_table(
         runs_file,
         tail_start=tail_start,
-        renormalize=renormalize,
-        languages=langs,
         tail_average=tail_average,
+        renormalize=renormalize,
+        languages=languages,
     )
     excluded: list[str] = []
     if exclude_expr is not None:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from climb_bayes.cli._decide import TABLE_WIDTH, render_matrix, render_table, strict_option
+from climb_bayes.cli._decide import (
+    TABLE_WIDTH,
+    load_fit_checked,
+    render_matrix,
+    render_table,
+    strict_option,
+)
+from climb_bayes.cli._runs_table import families_option, read_runs_table, runs_table_options
 
 __all__ = ["fit", "summary"]
 
@@ -80,23 +87,7 @@ def _echo(msg: str) -> None:
     default=None,
     help="Partial pooling of the transfer matrix b.",
 )
-@click.option(
-    "--tail-start",
-    type=float,
-    default=0.85,
-    show_default=True,
-    help="Keep curve points with tokens_seen >= this fraction of the budget.",
-)
-@click.option(
-    "--tail-average",
-    type=int,
-    default=None,
-    metavar="K",
-    help="Average each run's last K evaluation points into one observation (the CLIMB paper "
-    "averages the final 3 training steps).",
-)
-@click.option("--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1.")
-@click.option("--languages", default=None, help="Comma-separated subset of languages to fit.")
+@runs_table_options("Comma-separated subset of languages to fit.")
 @click.option(
     "--dataset",
     type=click.Choice(["default", "synthetic"]),
@@ -120,13 +111,7 @@ def _echo(msg: str) -> None:
     "each law's extrapolation discrepancy and the stacking weights: Laplace approximations "
     "(seconds), short NUTS runs (minutes), point fits, or none (discrepancy from its prior).",
 )
-@click.option(
-    "--families",
-    "families_file",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Group -> family file (CSV group,family or JSON) for MSL's per-family form.",
-)
+@families_option
 @click.option(
     "--strict", is_flag=True, help="Exit with code 3 if R-hat > 1.01, ESS < 400 or any divergence."
 )
@@ -173,7 +158,6 @@ def fit(
     from climb_bayes.nuts import NutsConfig
     from climb_bayes.pipeline import fit_runs_ensemble
     from climb_bayes.priors import load_priors
-    from climb_bayes.runs import read_runs
 
     label = ""
     if runs_file is None:
@@ -181,13 +165,12 @@ def fit(
         runs_file = dataset_path(name)
         label = dataset_label(name)
         _echo(f"no runs file given: fitting the shipped '{name}' dataset ({label})")
-    langs = [s.strip() for s in languages.split(",")] if languages else None
-    runs = read_runs(
+    runs = read_runs_table(
         runs_file,
         tail_start=tail_start,
-        renormalize=renormalize,
-        languages=langs,
         tail_average=tail_average,
+        renormalize=renormalize,
+        languages=languages,
     )
     _echo(runs.summary())
     priors = load_priors(
@@ -329,8 +312,6 @@ def _ensemble_lines(result) -> list[str]:
 @strict_option
 def summary(fit_file, strict):
     """Print the diagnostics and parameter summary of FIT_FILE."""
-    from climb_bayes.cli._decide import load_fit_checked
-
     click.echo(_summary_text(load_fit_checked(fit_file, strict)))
 
 

@@ -1,0 +1,78 @@
+"""Click options and reading shared by the commands that take a runs table (``fit``,
+``evaluate``): the kept tail of each curve, tail averaging, renormalisation, a group subset,
+and MSL's families file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["runs_table_options", "families_option", "read_runs_table"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def runs_table_options(languages_help: str) -> Callable[[F], F]:
+    """``--tail-start``, ``--tail-average``, ``--renormalize``, ``--languages`` (in this order)."""
+    options = [
+        click.option(
+            "--tail-start",
+            type=float,
+            default=0.85,
+            show_default=True,
+            help="Keep curve points with tokens_seen >= this fraction of the budget.",
+        ),
+        click.option(
+            "--tail-average",
+            type=int,
+            default=None,
+            metavar="K",
+            help="Average each run's last K evaluation points into one observation (the CLIMB "
+            "paper averages the final 3 training steps).",
+        ),
+        click.option(
+            "--renormalize", is_flag=True, help="Rescale mixture proportions to sum to 1."
+        ),
+        click.option("--languages", default=None, help=languages_help),
+    ]
+
+    def decorate(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+families_option = click.option(
+    "--families",
+    "families_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Group -> family file (CSV group,family or JSON) for MSL's per-family form.",
+)
+"""``--families FILE`` (MSL's per-family form)."""
+
+
+def read_runs_table(
+    runs_file: Path,
+    *,
+    tail_start: float,
+    tail_average: int | None,
+    renormalize: bool,
+    languages: str | None,
+) -> Any:
+    """:func:`climb_bayes.runs.read_runs` with the options of :func:`runs_table_options`."""
+    from climb_bayes.runs import read_runs
+
+    langs = [s.strip() for s in languages.split(",")] if languages else None
+    return read_runs(
+        runs_file,
+        tail_start=tail_start,
+        renormalize=renormalize,
+        languages=langs,
+        tail_average=tail_average,
+    )
