@@ -41,7 +41,7 @@ from climb_bayes.discrepancy import (  # noqa: E402
     DiscrepancyPrior,
     LfoResiduals,
     calibrate,
-    extrapolation_distance,
+    discrepancy_distance,
 )
 from climb_bayes.ensemble import EnsembleOptions, fit_ensemble  # noqa: E402
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
@@ -72,7 +72,7 @@ def _thin(obs, ratio: float = 1.2):
 def _actual_tau(fit, test) -> float:
     parts = predictive_parts(fit, test, discrepancy=False)
     lo, hi = budget_range(fit.fit_obs)
-    x = extrapolation_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
+    x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
     res = LfoResiduals(z, parts.variance(False), x, test.group, test.group)
     d = calibrate(res, WIDE, lo, hi, n_draws=600)

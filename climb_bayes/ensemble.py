@@ -42,8 +42,8 @@ from climb_bayes.discrepancy import (
     Discrepancy,
     LfoResiduals,
     calibrate,
+    discrepancy_distance,
     discrepancy_prior,
-    extrapolation_distance,
 )
 from climb_bayes.errors import ClimbError
 from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations, budget_range
@@ -230,7 +230,7 @@ def _fold_residuals(
 ) -> tuple[LfoResiduals, PredictiveParts]:
     parts = predictive_parts(fold_fit, test, discrepancy=False)
     lo, hi = budget_range(fold_fit.fit_obs)
-    x = extrapolation_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
+    x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
     res = LfoResiduals(z, parts.variance(False), x, test.group, fold_id * m + test.group)
     return res, parts
@@ -294,7 +294,9 @@ def fit_ensemble(
     common = obs
     for law in laws:
         common = law.usable(common)
-    folds: list[LfoFold] = [] if ens.lfo == "none" else lfo_folds(common, max_folds=ens.lfo_folds)
+    folds: list[LfoFold] = (
+        [] if ens.lfo == "none" else lfo_folds(common, max_folds=ens.lfo_folds, keep="latest")
+    )
     fold_opts = ens.lfo_options or replace(
         options, warmup=min(options.warmup, 400), samples=min(options.samples, 400)
     )
@@ -328,7 +330,7 @@ def fit_ensemble(
             tau = np.median(disc.tau, axis=0)
             log(
                 f"{law.name}: discrepancy from {disc.source} ({all_resid.z.size} LFO residuals); "
-                f"median tau {', '.join(f'{t:.3f}' for t in tau)} per unit log D"
+                f"median tau {', '.join(f'{t:.3f}' for t in tau)} per squared unit of log D"
             )
         lfo_summary[law.name] = {"folds": len(folds), "prior_median": prior.median}
     weights: dict[str, float]

@@ -38,7 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from climb_bayes.decision import cvar
-from climb_bayes.discrepancy import extrapolation_distance
 from climb_bayes.laws.base import Law, LawFit
 from climb_bayes.solvers import interior_start, solve_batch
 
@@ -92,7 +91,7 @@ def _law_draws(
     phase = rng.uniform(0.0, 2.0 * np.pi, (count, n_features))
     d = fit.discrepancy
     if d is not None:
-        x = extrapolation_distance(budget, d.lo, d.hi)  # (m,)
+        x = d.distance_at(budget)  # (m,)
         j = idx % d.tau.shape[0]
         tau, rho = d.tau[j], d.rho[j]
         shift = x * tau * np.sqrt(rho)[:, None] * rng.standard_normal((count, m))

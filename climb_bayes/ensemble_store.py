@@ -6,7 +6,8 @@ Layout inside ``fit.nc`` (besides CLIMB's own groups at the root):
   (dims ``draw, language``); attributes ``law`` (:func:`~climb_bayes.laws.registry.law_spec`),
   ``d_ref``, ``method``, ``likelihood``, ``student_df``, ``info`` (JSON);
 * ``discrepancy/<name>``: ``tau`` (``draw, language``), ``rho`` (``draw``), ``lo``, ``hi``
-  (``language``, tokens); attribute ``source``;
+  (``language``, tokens); attributes ``source``, ``length_scale``, ``growth`` (absent in fits
+  stored before the bend term: read as ``"linear"``);
 * root attributes ``stacking_weights`` and ``lfo_summary`` (JSON) and ``weight_method``.
 
 A file without them (written by climb-bayes < 0.2, format 1) still loads: its ensemble is
@@ -45,7 +46,7 @@ def _discrepancy_tree(d: Discrepancy, languages: list[str]) -> xr.DataTree:
             "hi": (("language",), np.asarray(d.hi)),
         },
         coords={"language": languages},
-        attrs={"source": d.source, "length_scale": float(d.length_scale)},
+        attrs={"source": d.source, "length_scale": float(d.length_scale), "growth": d.growth},
     )
     return xr.DataTree(ds)
 
@@ -60,6 +61,8 @@ def discrepancy_from_tree(node: xr.DataTree) -> Discrepancy:
         np.asarray(ds["hi"].values),
         str(ds.attrs.get("source", "prior")),
         float(ds.attrs.get("length_scale", 0.2)),
+        # stored before the bend term: its tau was learned with the linear form
+        str(ds.attrs.get("growth", "linear")),
     )
 
 

@@ -93,6 +93,7 @@ def lfo_folds(
     min_fit_levels: int = MIN_FIT_LEVELS,
     max_folds: int | None = None,
     min_test: int = 1,
+    keep: str = "spread",
 ) -> list[LfoFold]:
     """Leave-future-out splits of ``obs``, one per cut with enough levels before and after.
 
@@ -103,11 +104,15 @@ def lfo_folds(
     min_fit_levels : int
         Budget levels every fit must contain.
     max_folds : int, optional
-        Keep at most this many cuts, spread evenly over the eligible ones from the earliest
-        (fewest budgets fitted, the longest extrapolations) to the latest (the most data, the
-        shortest); all by default.
+        Keep at most this many cuts (all by default), chosen by ``keep``.
     min_test : int
         Least number of scored observations for a fold to count.
+    keep : {"spread", "latest"}
+        Which cuts ``max_folds`` keeps: ``"spread"`` evenly from the earliest (fewest budgets
+        fitted, the longest extrapolations) to the latest, to score every extrapolation ratio
+        (``evaluate --lfo``); ``"latest"`` the last ones, whose fitted span is nearest the full
+        fit's (what the discrepancy is learned from: on 5Mix the earliest folds, fitting a span
+        5x shorter, gave a ``tau`` 1.6-5.7x the one the full fit's extrapolation needed).
 
     Returns
     -------
@@ -116,6 +121,8 @@ def lfo_folds(
     """
     if min_fit_levels < 1:
         raise ClimbError(f"min_fit_levels must be >= 1, got {min_fit_levels}.")
+    if keep not in ("spread", "latest"):
+        raise ClimbError(f"keep must be 'spread' or 'latest', got {keep!r}.")
     levels = budget_levels(obs)
     budget = obs.run_budget[obs.run]
     folds = []
@@ -128,8 +135,10 @@ def lfo_folds(
     if max_folds is not None and len(folds) > max_folds:
         if max_folds <= 0:
             return []
-        keep = np.unique(np.round(np.linspace(0, len(folds) - 1, max_folds)).astype(int))
-        folds = [folds[i] for i in keep]
+        if keep == "latest":
+            return folds[-max_folds:]
+        idx = np.unique(np.round(np.linspace(0, len(folds) - 1, max_folds)).astype(int))
+        folds = [folds[i] for i in idx]
     return folds
 
 

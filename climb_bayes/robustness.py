@@ -620,12 +620,16 @@ def run_robustness(
     base_priors = fit.priors
     extra: dict[str, dict[str, Any]] = {s: {} for s in studies}
     base_variants = [("all data", ones)]
+    # the study each base variant belongs to, by position (names come from run ids and can
+    # look like any study's: a run "the-largest" or "bootstrap 3")
+    base_study = ["all"]
     if "budget" in studies:
         keep = runs.run_budgets < np.max(runs.run_budgets)
         if keep.sum() == 0:
             extra["budget"]["note"] = "only one budget: nothing to leave out"
         else:
             base_variants.append(("without the largest budget", keep.astype(float)))
+            base_study.append("budget")
     if "influence" in studies:
         if fit.n_draws >= 20:
             k, elpd = run_pareto_k(fit)
@@ -639,17 +643,20 @@ def run_robustness(
                 w = ones.copy()
                 w[i] = 0
                 base_variants.append((f"without {runs.run_ids[i]}", w))
+                base_study.append("influence")
         else:
             extra["influence"]["method"] = "exact leave-one-run-out (point fit)"
             for i in range(n_runs):
                 w = ones.copy()
                 w[i] = 0
                 base_variants.append((f"without {runs.run_ids[i]}", w))
+                base_study.append("influence")
     if "bootstrap" in studies:
         rng = np.random.default_rng(seed)
         for b in range(n_boot):
             counts = np.bincount(rng.integers(0, n_runs, n_runs), minlength=n_runs)
             base_variants.append((f"bootstrap {b}", counts.astype(float)))
+            base_study.append("bootstrap")
     groups.append(("base", base_priors, base_variants))
     if "prior" in studies:
         for name, make in (prior_sets or ALTERNATIVE_PRIORS).items():
@@ -712,9 +719,15 @@ def run_robustness(
 
     # 3. Compare with the all-data refit.
     base_names = [n for n, _w in base_variants]
-    base_res = dict(zip(base_names, results["base"], strict=True))
-    base = base_res["all data"]
+    base = results["base"][0]  # "all data"
     out["base_refit"] = base
+
+    def base_study_variants(study: str) -> list[dict]:
+        return [
+            compare(n, r)
+            for n, s, r in zip(base_names, base_study, results["base"], strict=True)
+            if s == study
+        ]
 
     def compare(name: str, res: dict) -> dict:
         return _compare(name, res, base, ref)
@@ -733,16 +746,8 @@ def run_robustness(
                 for g, _p, _v in groups
                 if g.startswith("likelihood: ")
             ]
-        elif study == "budget":
-            variants = [compare(n, base_res[n]) for n in base_names if n.startswith("without the")]
-        elif study == "influence":
-            variants = [
-                compare(n, base_res[n])
-                for n in base_names
-                if n.startswith("without ") and not n.startswith("without the")
-            ]
-        else:
-            variants = [compare(n, base_res[n]) for n in base_names if n.startswith("bootstrap")]
+        else:  # budget, influence, bootstrap: refits of the base group
+            variants = base_study_variants(study)
         if study == "bootstrap" and variants:
             rs = np.array([v["rstar"] for v in variants])
             ls = np.array([v["loss"] for v in variants])

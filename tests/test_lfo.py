@@ -41,6 +41,34 @@ def test_one_level_folds_and_selection(three_budget_obs):
     assert [f.cut for f in folds] == pytest.approx([1e9, 3e9])
     assert lfo_folds(three_budget_obs, min_fit_levels=3) == []
     assert [f.cut for f in lfo_folds(three_budget_obs, min_fit_levels=1, max_folds=1)] == [1e9]
+    latest = lfo_folds(three_budget_obs, min_fit_levels=1, max_folds=1, keep="latest")
+    assert [f.cut for f in latest] == [3e9]  # the fold nearest the full fit
+    with pytest.raises(ClimbError, match="keep"):
+        lfo_folds(three_budget_obs, keep="first")
+
+
+def test_the_ensemble_learns_from_the_folds_nearest_the_full_fit():
+    # five budget levels, two inner folds: the ensemble must use the cuts at 4e9 and 8e9
+    # (fitted spans 4x and 8x), not the earliest at 2e9 (a 2x span)
+    from climb_bayes.ensemble import EnsembleOptions, fit_ensemble
+    from climb_bayes.laws.base import FitOptions
+    from climb_bayes.laws.registry import get_law
+
+    truth = example_params(("en", "de"), seed=0)
+    design = algorithm1_design(truth.languages, [1e9, 2e9, 4e9, 8e9, 1.6e10], seed=0)
+    obs = Observations.from_runs(runs_from_frame(simulate_runs(truth, design, seed=0)))
+    seen = []
+    ens = fit_ensemble(
+        obs,
+        [get_law("isolated")],
+        FitOptions(seed=0, samples=200),
+        EnsembleOptions(method="laplace", lfo="laplace", lfo_folds=2),
+        log=seen.append,
+    )
+    cuts = [line for line in seen if line.startswith("leave-future-out fold")]
+    assert len(cuts) == 2
+    assert "<= 4e+09" in cuts[0] and "<= 8e+09" in cuts[1]
+    assert ens.fits["isolated"].discrepancy.source == "lfo"
 
 
 def test_leakage_guard_fails_on_a_bad_fold(three_budget_obs):

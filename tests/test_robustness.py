@@ -156,3 +156,22 @@ def test_nuts_refits_report_posterior_intervals(nuts_fit3):
         assert {"rstar_90_shift", "loss_90_shift"} <= set(v)
     with pytest.raises(ClimbError, match="--refit"):
         run_robustness(nuts_fit3, studies=["likelihood"], refit="laplace")
+
+
+def test_run_ids_that_look_like_study_names_stay_in_their_study(sim_frame3):
+    # a run id starting "the" used to move its leave-one-run-out refit from the influence study
+    # to the budget study (the studies were told apart by the variant name's prefix)
+    from climb_bayes.fitting import fit_runs
+    from climb_bayes.runs import runs_from_frame
+
+    frame = sim_frame3.copy()
+    ids = sorted(frame["run_id"].unique())
+    renamed = {ids[0]: "the-largest budget"}
+    frame["run_id"] = frame["run_id"].replace(renamed)
+    fit = fit_runs(runs_from_frame(frame), method="map", seed=0, n_starts=2)
+    res = run_robustness(fit, studies=["budget", "influence"])
+    studies = res["studies"]
+    influence = [v["variant"] for v in studies["influence"]["variants"]]
+    assert "without the-largest budget" in influence
+    assert len(influence) == len(ids)
+    assert [v["variant"] for v in studies["budget"]["variants"]] == ["without the largest budget"]

@@ -295,11 +295,13 @@ def _ensemble_lines(result) -> list[str]:
             )
     disc = result.discrepancy("climb")
     if disc is not None:
-        tau = np.median(disc.tau, axis=0)
+        # the sd at 10x each language's largest fitted budget: a number in log-loss units
+        sd10 = np.median(disc.tau, axis=0) * disc.distance_at(10.0 * disc.hi)
         src = "learned from leave-future-out residuals" if disc.source == "lfo" else "its prior"
         lines += textwrap.wrap(
-            f"CLIMB extrapolation discrepancy ({src}): sd per unit log D (e-fold of budget) "
-            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, tau, strict=True)),
+            f"CLIMB extrapolation discrepancy ({src}): sd of log-loss at 10x the largest fitted "
+            "budget "
+            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, sd10, strict=True)),
             TABLE_WIDTH,
             initial_indent="  ",
             subsequent_indent="    ",
