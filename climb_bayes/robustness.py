@@ -722,13 +722,6 @@ def run_robustness(
     base = results["base"][0]  # "all data"
     out["base_refit"] = base
 
-    def base_study_variants(study: str) -> list[dict]:
-        return [
-            compare(n, r)
-            for n, s, r in zip(base_names, base_study, results["base"], strict=True)
-            if s == study
-        ]
-
     def compare(name: str, res: dict) -> dict:
         return _compare(name, res, base, ref)
 
@@ -747,7 +740,11 @@ def run_robustness(
                 if g.startswith("likelihood: ")
             ]
         else:  # budget, influence, bootstrap: refits of the base group
-            variants = base_study_variants(study)
+            variants = [
+                compare(n, r)
+                for n, s, r in zip(base_names, base_study, results["base"], strict=True)
+                if s == study
+            ]
         if study == "bootstrap" and variants:
             rs = np.array([v["rstar"] for v in variants])
             ls = np.array([v["loss"] for v in variants])
