@@ -2,7 +2,13 @@
 
 ``default``
     Real CPU-scale runs trained by the ``training`` package on the Debian multilingual corpus
-    (``climb_bayes/data/default_runs.csv``, see ``DEFAULT_DATA.md`` beside it), when present.
+    (``climb_bayes/data/default_runs.csv``, see ``DEFAULT_DATA.md`` beside it), when present:
+    the CLIMB Algorithm-1 design at three budgets (250k-1M tokens, the 0.36M-parameter ``mini``
+    model, in the regime where a power law in D holds) plus ten held-out mixtures at 3M tokens.
+``tiny-2024``
+    The previous default (``tiny2024_runs.csv``, ``TINY2024_DATA.md``): 34 runs of the ``tiny``
+    model at 100k/300k tokens plus four holdouts at 1M, trained before the law's regime (every
+    law misses the holdouts by ~9%). Kept so that results computed on it reproduce.
 ``synthetic``
     A 5-language table made by ``climb-bayes simulate`` on the Algorithm-1 design
     (``climb_bayes/data/synthetic_runs.csv``; its true parameters are in
@@ -20,11 +26,14 @@ __all__ = ["DATASETS", "dataset_path", "dataset_label", "default_dataset"]
 
 DATASETS = {
     "default": "default_runs.csv",
+    "tiny-2024": "tiny2024_runs.csv",
     "synthetic": "synthetic_runs.csv",
 }
 
 _LABELS = {
-    "default": "real CPU-scale runs (tiny LLaMA models, Debian corpus); see DEFAULT_DATA.md",
+    "default": "real CPU-scale runs (mini LLaMA models, Debian corpus); see DEFAULT_DATA.md",
+    "tiny-2024": "real CPU-scale runs of 2024 (tiny LLaMA models, 1e5-1e6 tokens, before the"
+    " law's regime); see TINY2024_DATA.md",
     "synthetic": "SYNTHETIC data simulated by `climb-bayes simulate` (not real training runs)",
 }
 

@@ -145,6 +145,7 @@ def holdout_design(
     seed: int = 0,
     concentration: float = 1.0,
     spread: bool = True,
+    max_shares: Sequence[float] | None = None,
 ) -> pd.DataFrame:
     """``n`` held-out validation mixtures at ``budget``.
 
@@ -165,6 +166,11 @@ def holdout_design(
         every kept one is at least :data:`HOLDOUT_MIN_DISTANCE` (relaxed if needed), so the
         mixtures follow the Dirichlet but no two are near-duplicates. ``False``: the first ``n``
         raw draws (earlier versions; two could be 0.007 apart).
+    max_shares : sequence of float, optional
+        Per-language upper bound on the share (same order as ``languages``), e.g. the tokens a
+        language has available divided by ``budget`` so that no held-out run repeats data
+        beyond an allowed number of epochs. Candidates above a bound are skipped (the draws stay
+        Dirichlet, conditioned on the bounds).
 
     Returns
     -------
@@ -175,8 +181,22 @@ def holdout_design(
     _check(languages, [budget])
     rng = np.random.default_rng(seed)
     alpha = np.full(len(languages), concentration)
-    if spread and n > 1:
+    if (spread and n > 1) or max_shares is not None:
         cand = rng.dirichlet(alpha, size=HOLDOUT_CANDIDATES * n)
+    if max_shares is not None:
+        cap = np.asarray(max_shares, dtype=float)
+        if cap.shape != (len(languages),) or cap.sum() < 1.0:
+            raise ClimbError(
+                f"max_shares must give one bound per language ({len(languages)}) summing to at"
+                f" least 1, got {list(cap)}."
+            )
+        cand = cand[np.all(cand <= cap, axis=1)]
+        if len(cand) < n:
+            raise ClimbError(
+                f"only {len(cand)} of {HOLDOUT_CANDIDATES * n} Dirichlet draws respect"
+                f" max_shares {list(cap)}; raise the bounds or lower the budget."
+            )
+    if spread and n > 1:
         d_min = HOLDOUT_MIN_DISTANCE
         while True:
             kept = [cand[0]]
@@ -189,6 +209,8 @@ def holdout_design(
                 break
             d_min *= 0.8
         r = np.stack(kept)
+    elif max_shares is not None:
+        r = cand[:n]
     else:
         r = rng.dirichlet(alpha, size=n)
     r = np.round(r, 4)

@@ -128,9 +128,9 @@ def compute_diagnostics(
     else:
         depth = np.floor(np.log2(np.asarray(sample_stats["n_steps"]) + 1)).astype(int)
     saturated = int((depth >= max_tree_depth).sum())
-    energy = np.asarray(sample_stats["energy"], dtype=float)
-    bfmi = np.square(np.diff(energy, axis=1)).mean(axis=1) / np.maximum(energy.var(axis=1), 1e-300)
-    min_bfmi = float(bfmi.min())
+    # E-BFMI per chain (Betancourt 2016), arviz-stats' definition
+    bfmi = azs.bfmi(sample_stats["energy"].astype(float), sample_dims=["chain", "draw"])
+    min_bfmi = float(np.min(np.asarray(bfmi)))
 
     problems = []
     if not np.isfinite(max_rhat) or max_rhat > RHAT_MAX:

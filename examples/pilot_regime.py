@@ -125,18 +125,17 @@ def fit_power_law(d: np.ndarray, loss: np.ndarray) -> tuple[float, float, float]
     return float(np.exp(sol.x[0])), float(np.exp(sol.x[1])), float(np.exp(sol.x[2]))
 
 
-def final_losses(table: Path) -> dict[str, dict[int, float]]:
-    """``{lang: {budget: final loss}}`` of the monolingual runs of a sweep table."""
-    import pandas as pd
-
-    df = pd.read_csv(table)
-    df = df[df["tokens_seen"] == df["budget_tokens"]]
-    out: dict[str, dict[int, float]] = {lang: {} for lang in LANGS}
-    for _, row in df.iterrows():
-        run_lang = str(row["run_id"]).split("-")[1]
-        if row["language"] == run_lang:
-            out[run_lang][int(row["budget_tokens"])] = float(row["loss"])
-    return out
+def final_losses(out: Path) -> dict[str, dict[int, float]]:
+    """``{lang: {budget: final loss}}`` of the finished monolingual runs of a sweep folder
+    (from each run's ``record.json``, so an unfinished sweep can be reported)."""
+    found: dict[str, dict[int, float]] = {lang: {} for lang in LANGS}
+    for path in sorted((out / "runs").glob("*/record.json")):
+        rec = json.loads(path.read_text())
+        if rec.get("status") != "finished":
+            continue
+        lang = str(rec["run_id"]).split("-")[1]
+        found[lang][int(rec["budget_tokens"])] = float(rec["final_loss"][lang])
+    return found
 
 
 def report(work: Path, plot: Path | None) -> int:
@@ -148,40 +147,45 @@ def report(work: Path, plot: Path | None) -> int:
     verdicts = {}
     curves = {}
     for setting in SETTINGS:
-        table = work / setting / "runs.csv"
-        if not table.is_file():
+        if not (work / setting / "runs").is_dir():
             continue
-        losses = final_losses(table)
-        worst = 0.0
+        losses = final_losses(work / setting)
+        worst, missing = 0.0, 0
         for lang in LANGS:
             pts = losses[lang]
             budgets = budgets_of(setting)
-            if len(pts) < len(budgets):
+            if any(b not in pts for b in budgets[:N_FIT]):
                 lines.append(f"| {setting} | {lang} | (only {len(pts)} budgets finished) |")
                 worst = float("inf")
                 continue
-            d = np.array(budgets, dtype=float)
-            y = np.array([pts[b] for b in budgets])
+            d = np.array([b for b in budgets if b in pts], dtype=float)
+            y = np.array([pts[b] for b in budgets if b in pts])
             B, beta, E = fit_power_law(d[:N_FIT], y[:N_FIT])
             pred = B * d**-beta + E
             err = np.abs(pred - y) / y
-            worst = max(worst, float(err[N_FIT:].max()))
+            if len(d) > N_FIT:
+                worst = max(worst, float(err[N_FIT:].max()))
+            missing += len(budgets) - len(d)
             curves[(setting, lang)] = (d, y, (B, beta, E))
             cells = [f"{B:.3g}", f"{beta:.3f}", f"{E:.3f}"]
             for k in range(N_FIT, len(budgets)):
-                cells += [f"{pred[k]:.3f} / {y[k]:.3f}", f"{err[k]:.1%}"]
+                if k < len(d):
+                    cells += [f"{pred[k]:.3f} / {y[k]:.3f}", f"{err[k]:.1%}"]
+                else:
+                    cells += ["(not trained)", ""]
             lines.append(f"| {setting} | {lang} | " + " | ".join(cells) + " |")
-        verdicts[setting] = worst
+        verdicts[setting] = (worst, missing)
     print("\n".join(lines))
     print()
-    for setting, worst in verdicts.items():
+    for setting, (worst, missing) in verdicts.items():
         ok = "meets" if worst <= TARGET_ERROR else "misses"
-        print(f"- {setting}: worst extrapolation error {worst:.1%} ({ok} the 2% target)")
+        note = f"; {missing} larger-budget runs not trained" if missing else ""
+        print(f"- {setting}: worst extrapolation error {worst:.1%} ({ok} the 2% target{note})")
     if plot is not None and curves:
         _plot(curves, plot)
         print(f"\nwrote {plot}")
     (work / "pilot_report.json").write_text(
-        json.dumps({k: v for k, v in verdicts.items()}, indent=1) + "\n"
+        json.dumps({k: v[0] for k, v in verdicts.items()}, indent=1) + "\n"
     )
     return 0
 

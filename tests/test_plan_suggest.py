@@ -259,3 +259,19 @@ def test_plan_warns_below_the_papers_reliable_budget(capsys):
     assert "below 25B" in capsys.readouterr().err
     assert main(["plan", "--languages", "en,de", "--budgets", "2.5e10,1e11"]) == 0
     assert "below 25B" not in capsys.readouterr().err
+
+
+def test_holdout_design_respects_share_bounds():
+    """Availability caps: no held-out mixture gives a language more than its bound; an
+    impossible bound is a clear error, not an endless loop."""
+    from climb_bayes.design import holdout_design
+
+    langs = ["en", "de", "ru", "zh", "ja"]
+    cap = [1.0, 1.0, 0.3, 0.3, 1.0]
+    plan = holdout_design(langs, 3e6, 8, seed=0, max_shares=cap)
+    shares = plan[[f"r_{x}" for x in langs]].to_numpy()
+    assert np.all(shares <= np.asarray(cap) + 1e-4)
+    free = holdout_design(langs, 3e6, 8, seed=0)
+    assert free[["r_ru", "r_zh"]].to_numpy().max() > 0.3  # the bound did bind
+    with pytest.raises(ClimbError, match="max_shares"):
+        holdout_design(langs, 3e6, 8, seed=0, max_shares=[0.1] * 5)

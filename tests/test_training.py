@@ -26,12 +26,13 @@ pytest.importorskip("tokenizers")
 
 from click.testing import CliRunner  # noqa: E402
 
+from training.atomic import atomic_write_text  # noqa: E402
 from training.corpus import document_order, find_language_files, read_documents  # noqa: E402
 from training.dataset import load_data, prepare_data  # noqa: E402
 from training.errors import RunInterrupted, TrainingError  # noqa: E402
 from training.loop import RunConfig, RunOptions, eval_steps_for, lr_at, train_run  # noqa: E402
 from training.mixture import batch_arrays, build_mixture, token_budgets  # noqa: E402
-from training.records import atomic_write_text, is_finished  # noqa: E402
+from training.records import is_finished  # noqa: E402
 from training.sweep import run_sweep  # noqa: E402
 from training.tokenizer import load_tokenizer, train_tokenizer  # noqa: E402
 

@@ -8,13 +8,13 @@ random states. It is written to a temporary file and moved into place.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from training.atomic import atomic_path
 
 __all__ = ["rng_state", "set_rng_state", "save_checkpoint", "load_checkpoint"]
 
@@ -45,19 +45,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file, then ``os.replace`` onto ``path``."""
+    """``torch.save`` to ``path`` atomically (:func:`training.atomic.atomic_path`)."""
     import torch
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any] | None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from training.atomic import atomic_path, atomic_write_json
 from training.corpus import (
     corpus_fingerprint,
     document_order,
@@ -77,22 +76,8 @@ class SweepData:
 
 
 def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npy", dir=path.parent)
-    os.close(fd)
-    try:
-        np.save(tmp, arr)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _atomic_write_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, arr)
 
 
 def _file_sha(path: Path) -> str:
@@ -183,7 +168,7 @@ def prepare_data(
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:12]
     data_dir = out / "data" / key
     data_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write_json(
+    atomic_write_json(
         data_dir / "data.json",
         {
             **key_src,
@@ -193,6 +178,7 @@ def prepare_data(
             "eos_id": eos_id,
             "pad_id": pad_id,
         },
+        sort_keys=True,
     )
 
     def count_tokens(batch: list[str]) -> list[int]:
@@ -249,7 +235,7 @@ def prepare_data(
             "available": int(train.shape[0]) if exhausted else None,
             "validation_in_tokenizer_sample": overlap,
         }
-        _atomic_write_json(meta_path, meta)
+        atomic_write_json(meta_path, meta, sort_keys=True)
         log(
             f"  {lang}: {len(order)} docs, {n_val_docs} held out ({val_blocks.size} val tokens), "
             f"{train.shape[0]} training tokens {'(all)' if exhausted else '(enough)'}"

@@ -1,6 +1,6 @@
 """Atomic writing of a run's outputs: runs-table rows (long form) and the JSON record.
 
-Every file is written to a temporary sibling and moved into place with :func:`os.replace`, so a
+Every file is written with :mod:`training.atomic` (a temporary sibling moved into place), so a
 killed process leaves either the old file or the new one, never half of one. A run is finished
 exactly when its ``record.json`` exists with ``"status": "finished"``; it is written last.
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from training.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 __all__ = [
     "RUNS_COLUMNS",
@@ -33,32 +33,6 @@ __all__ = [
 ]
 
 RUNS_COLUMNS = ("run_id", "budget_tokens", "tokens_seen", "language", "proportion", "loss", "step")
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (fsync'd)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """UTF-8 text version of :func:`atomic_write_bytes`."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def _fmt(value: Any) -> str:

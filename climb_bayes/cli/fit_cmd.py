@@ -16,6 +16,7 @@ from climb_bayes.cli._decide import (
     strict_option,
 )
 from climb_bayes.cli._runs_table import families_option, read_runs_table, runs_table_options
+from climb_bayes.datasets import DATASETS
 
 __all__ = ["fit", "summary"]
 
@@ -90,9 +91,9 @@ def _echo(msg: str) -> None:
 @runs_table_options("Comma-separated subset of languages to fit.")
 @click.option(
     "--dataset",
-    type=click.Choice(["default", "synthetic"]),
+    type=click.Choice(list(DATASETS)),
     default=None,
-    help="Shipped dataset to fit when RUNS_FILE is omitted.",
+    help="Shipped dataset to fit when RUNS_FILE is omitted (tiny-2024: the previous default).",
 )
 @click.option(
     "--laws",

@@ -1,0 +1,106 @@
+"""Issue-14 targets on the shipped default dataset: does the law extrapolate on our own runs?
+
+Usage::
+
+    python benchmarks/default_data.py [--dataset default] [--chains 2]
+
+Three checks, each one ``climb-bayes evaluate`` call on ``climb_bayes/data/<dataset>_runs.csv``:
+
+holdout
+    Fit on the Algorithm-1 runs, predict the held-out mixtures (``--holdout 'run_id~holdout'``;
+    3x the largest fitting budget on the default): CLIMB by NUTS (posterior median) and MAP,
+    the isolated law by NUTS. Targets: CLIMB NUTS MRE <= 3% and R² >= 0.5 for every language.
+lfo
+    Leave-future-out on the Algorithm-1 runs only (``--lfo --exclude 'run_id~holdout'``): fit
+    the smaller budgets, predict the larger; every law and the stacked predictive (Laplace).
+
+Prints one markdown table (the one in ``climb_bayes/data/DEFAULT_DATA.md``) and whether each
+target is met. Takes about 3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGET_MRE = 0.03
+TARGET_R2 = 0.5
+
+
+def _evaluate(args: list[str]) -> tuple[dict, float]:
+    from climb_bayes.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["evaluate", *args, "-o", str(out)])
+        if code != 0:
+            raise SystemExit(f"climb-bayes evaluate {' '.join(args)} failed (exit {code})")
+        return json.loads(out.read_text()), time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="default")
+    ap.add_argument("--chains", type=int, default=2)
+    args = ap.parse_args()
+
+    from climb_bayes.datasets import dataset_path
+
+    path = str(dataset_path(args.dataset))
+    hold = ["--holdout", "run_id~holdout"]
+    lines = [
+        "| check | law | method | n | MRE | R² per group | R² pooled | cov50 | cov90 | s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    verdict = []
+    for method, laws in (("nuts", "climb,isolated"), ("map", "climb")):
+        extra = ["--chains", str(args.chains)] if method == "nuts" else []
+        res, secs = _evaluate([path, *hold, "--method", method, "--laws", laws, *extra])
+        for row in res["rows"]:
+            m = row["metrics"]
+            groups = ", ".join(
+                f"{g} {v:.2f}" for g, v in zip(res["groups"], m["r2_group"], strict=True)
+            )
+            cov = m["coverage"]
+            lines.append(
+                f"| holdout | {row['law']} | {method} | {m['n']} | {m['mre']:.2%} | {groups} "
+                f"| {m['r2_pooled']:.2f} | {cov['0.5']:.2f} | {cov['0.9']:.2f} | {secs:.0f} |"
+            )
+            if row["law"] == "climb" and method == "nuts":
+                verdict.append(
+                    f"CLIMB NUTS holdout MRE {m['mre']:.2%} "
+                    f"({'meets' if m['mre'] <= TARGET_MRE else 'misses'} <= {TARGET_MRE:.0%}); "
+                    f"min R² per language {min(m['r2_group']):.2f} "
+                    f"({'meets' if min(m['r2_group']) >= TARGET_R2 else 'misses'} >= {TARGET_R2})"
+                )
+    res, secs = _evaluate([path, "--lfo", "--exclude", "run_id~holdout", "--method", "laplace"])
+    cuts = ", ".join(format(f["cut"], ".3g") for f in res["folds"])
+    for row in res["rows"]:
+        if row["ratio_bin"] != "all":
+            continue
+        cov = row["coverage"]
+        lines.append(
+            f"| lfo (cut {cuts}) | {row['predictive']} | laplace | {row['n']} | {row['mre']:.2%} "
+            f"| mean {row['r2_group_mean']:.2f} | {row['r2_pooled']:.2f} | {cov['0.5']:.2f} "
+            f"| {cov['0.9']:.2f} | {secs:.0f} |"
+        )
+    print("\n".join(lines))
+    print()
+    for v in verdict:
+        print(f"- {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
