@@ -531,6 +531,37 @@ def test_cli_end_to_end_and_python_m(corpus, tokenizer_dir, tmp_path):
     assert proc.returncode == 0 and "--allow-repeat" in proc.stdout and "--slurm" in proc.stdout
 
 
+def test_sigterm_checkpoints_and_exits_143_without_traceback(corpus, tokenizer_dir, tmp_path):
+    """A local SIGTERM (a scheduler's stop) mid-run: checkpoint, one 'interrupted' line, exit 143
+    (128 + SIGTERM), no traceback; the same command then resumes (covered by the resume tests)."""
+    import signal
+    import time
+
+    plan = _plan(tmp_path / "plan.csv", [("long", 400_000, {"en": 0.5, "de": 0.5})])
+    out = tmp_path / "o"
+    args = [
+        sys.executable, "-m", "training", "--plan", str(plan), "--corpus", str(corpus),
+        "--out", str(out), "--preset", "micro", "--tokenizer", str(tokenizer_dir),
+        "--val-tokens", "128", "--eval-points", "0.5,1.0", "--device", "cpu", "--threads", "1",
+        "--batch-size", "2", "--log-every", "0.01", "--allow-repeat",
+    ]  # fmt: skip
+    proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    seen, deadline = [], time.time() + 120
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if " step " in line or line.lstrip().startswith("[long] step") or not line:
+            break
+    assert proc.poll() is None, "".join(seen)  # still training
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    code = proc.wait(timeout=60)
+    err = "".join(seen) + rest
+    assert code == 143, err
+    assert "interrupted: run long stopped after step" in err and "Traceback" not in err
+    assert list(out.glob("runs/long-*/checkpoint.pt"))
+
+
 @pytest.mark.slow
 def test_torchrun_ddp_two_processes(corpus, tokenizer_dir, tmp_path):
     """DDP across 2 CPU processes (gloo) gives the same run as one process, to fp tolerance."""

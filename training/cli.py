@@ -2,7 +2,9 @@
 
 Heavy imports (torch, transformers) happen only when the command runs, so importing this module
 is cheap. A :class:`~training.errors.TrainingError` becomes ``Error: <message>`` on stderr and
-exit code 2, without a traceback.
+exit code 2, without a traceback. A run stopped by SIGTERM (or a scheduler's preemption) writes
+its checkpoint and the command exits with 143 (128 + SIGTERM) and a one-line "interrupted"
+message saying that the same command resumes it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ import click
 
 from training.presets import PRESETS
 
-__all__ = ["train", "TrainingClickError"]
+__all__ = ["train", "TrainingClickError", "TrainingInterruptedExit"]
 
 
 class TrainingClickError(click.ClickException):
     """A :class:`~training.errors.TrainingError` shown to the user (exit code 2)."""
 
     exit_code = 2
+
+
+class TrainingInterruptedExit(click.ClickException):
+    """A run stopped on SIGTERM after its checkpoint: one line, exit code 143, no traceback."""
+
+    exit_code = 143
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"interrupted: {self.message}", err=True)
 
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
@@ -200,12 +211,16 @@ def train(**kw: Any) -> None:
     Finished runs are skipped and a killed run resumes from its checkpoint, so the same command
     can be repeated until every run is done. Progress goes to stderr.
     """
-    from training.errors import TrainingError
+    from training.errors import RunInterrupted, TrainingError
 
     try:
         _train(**kw)
     except TrainingError as exc:
         raise TrainingClickError(str(exc)) from None
+    except RunInterrupted as exc:
+        raise TrainingInterruptedExit(
+            f"{exc}. Run the same command again to resume from the checkpoint."
+        ) from None
 
 
 def _train(**kw: Any) -> None:
