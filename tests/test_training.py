@@ -618,3 +618,26 @@ def test_torchrun_fsdp_interrupted_and_resumed(corpus, tokenizer_dir, tmp_path):
     ref = json.loads(local.records.read_text())[0]
     for lang in ref["final_loss"]:
         assert rec["final_loss"][lang] == pytest.approx(ref["final_loss"][lang], abs=2e-3)
+
+
+def test_checkpoints_load_weights_only_and_refuse_pickled_objects(tmp_path):
+    """Resuming reads checkpoints with weights_only=True (no code execution from a pickle); the
+    RNG snapshot round-trips exactly; a file holding other objects is a clear error."""
+    import random
+
+    import torch
+
+    from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+    np.random.seed(3)  # noqa: NPY002 - the global state is what the snapshot covers
+    np.random.normal()  # noqa: NPY002 - leaves a cached Gaussian in the state
+    snap = rng_state()
+    first = (np.random.rand(3), random.random(), torch.rand(2))  # noqa: NPY002
+    save_checkpoint(tmp_path / "c.pt", {"rng": snap, "counts": [1, 2], "rows": [{"loss": 1.5}]})
+    set_rng_state(load_checkpoint(tmp_path / "c.pt")["rng"])
+    again = (np.random.rand(3), random.random(), torch.rand(2))  # noqa: NPY002
+    assert np.array_equal(first[0], again[0]) and first[1] == again[1]
+    assert torch.equal(first[2], again[2])
+    torch.save({"x": np.zeros(3)}, tmp_path / "bad.pt")
+    with pytest.raises(TrainingError, match="not a plain checkpoint.*delete it"):
+        load_checkpoint(tmp_path / "bad.pt")

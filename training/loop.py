@@ -503,7 +503,7 @@ def train_run(
                     "resumes": state["resumes"],
                     "train_time": state["train_time"],
                     "timed_tokens": state["timed_tokens"],
-                    "counts": counts,
+                    "counts": [int(x) for x in counts],
                     "rng": rng_state(),
                 },
             )
