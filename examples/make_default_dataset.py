@@ -108,12 +108,13 @@ def available_tokens(work: Path, corpus: Path, settings: dict) -> tuple[dict[str
     """Training tokens per language after the validation hold-out (tokenises every document),
     and the prepared data's key."""
     from training.dataset import prepare_data
+    from training.presets import PRESETS
 
     full = prepare_data(
         corpus,
         LANGS,
         work,
-        seq_len=settings.get("seq_len", 128),
+        seq_len=settings.get("seq_len", PRESETS[settings["preset"]].seq_len),
         val_tokens=settings["val_tokens"],
         seed=settings["seed"],
         need={lang: 10**12 for lang in LANGS},
@@ -197,6 +198,8 @@ def publish(
     if key != records[0]["data"]["key"]:
         print("prepared data differs from the sweep's; not publishing", file=sys.stderr)
         return 1
+    from climb_bayes.atomic import atomic_path, atomic_write_text
+
     stem = FILES[args.dataset]
     data_dir = ROOT / "climb_bayes" / "data"
     compact = []
@@ -237,12 +240,9 @@ def publish(
         "sweep_sessions": timing,
         "runs": compact,
     }
-    tmp = data_dir / f".{stem}_runs.csv.tmp"
-    shutil.copyfile(args.work / "runs.csv", tmp)
-    tmp.replace(data_dir / f"{stem}_runs.csv")
-    tmp = data_dir / f".{stem}_runs_records.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1) + "\n")
-    tmp.replace(data_dir / f"{stem}_runs_records.json")
+    with atomic_path(data_dir / f"{stem}_runs.csv") as tmp:
+        shutil.copyfile(args.work / "runs.csv", tmp)
+    atomic_write_text(data_dir / f"{stem}_runs_records.json", json.dumps(meta, indent=1) + "\n")
     print(f"wrote {data_dir / f'{stem}_runs.csv'} and {stem}_runs_records.json", file=sys.stderr)
     print(f"python {platform.python_version()}; sessions: {timing}", file=sys.stderr)
     return 0

@@ -18,13 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from training.atomic import atomic_write_json, atomic_write_text
 
 __all__ = [
     "RUNS_COLUMNS",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "atomic_write_json",
     "rows_to_csv",
     "read_record",
     "is_finished",

@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.atomic import atomic_write_json
 from training.errors import TrainingError
 from training.loop import DEFAULT_EVAL_POINTS, RunConfig, RunOptions, check_repeat, train_run
 from training.mixture import token_budgets
 from training.presets import get_preset
-from training.records import atomic_write_json, is_finished, write_table
+from training.records import is_finished, write_table
 
 __all__ = ["PlanRun", "read_plan", "SweepResult", "run_dir_name", "run_sweep"]
 
