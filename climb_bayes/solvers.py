@@ -625,7 +625,9 @@ def two_step_batch(
 ) -> tuple[BatchSolution, np.ndarray]:
     """The paper's two-step solution for every draw (fast path).
 
-    Step 1: the direction ``p_i ∝ (w_i B_i beta_i)^(1/(beta_i+1)) D^(-beta_i/(beta_i+1))``.
+    Step 1: the direction ``p`` (:func:`direction_draws`: the exact minimiser the paper derives
+    Eq. 7 as; ``p_i ∝ (w_i B_i beta_i)^(1/(beta_i+1)) D^(-beta_i/(beta_i+1))`` when all
+    ``beta_i`` are equal).
     Step 2: ``min_r -sum_i rt_i(r) + rho sum_i (hat r_i(r) - p_i)^2`` on the feasible set.
 
     Returns

@@ -186,6 +186,7 @@ def test_evaluate_cli_table_extrapolating_in_budget(tmp_path, runs3, capsys):
     assert rc == 0, captured.err
     assert "R² pooled" in captured.out and "msl" in captured.out
     assert "plug-in" in captured.out
+    assert "MSL families (families.json): latin (en, de)" in captured.err
 
 
 def test_separately_read_test_table_is_not_conditioned_on_fitted_runs(sim_frame3, holdout_frame3):

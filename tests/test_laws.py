@@ -231,3 +231,32 @@ def test_observations_to_runs_round_trip(runs3):
     assert np.allclose(np.sort(back.obs_loss), np.sort(runs3.obs_loss))
     r, tok, op = obs.points()
     assert r.shape == (runs3.n_points, 3) and op.shape == (obs.n,)
+
+
+def test_shipped_family_table_pools_known_languages_only(tmp_path):
+    from climb_bayes.laws.families import describe_families, resolve_families
+
+    groups = ["en", "de", "ru", "zh", "ja"]
+    choice = resolve_families("auto", groups)
+    assert choice.source == "table"
+    assert choice.mapping["en"] == choice.mapping["de"] == "Germanic"
+    assert len({choice.mapping[g] for g in ("ru", "zh", "ja")}) == 3
+    line = describe_families(choice, groups)
+    assert "Germanic (en, de)" in line and "on their own: ru, zh, ja" in line
+    # names, regional variants and case resolve through the same table
+    choice = resolve_families(None, ["French", "es", "pt-BR", "Pile-CC"])
+    assert {choice.mapping[g] for g in ("French", "es", "pt-BR")} == {"Romance"}
+    assert "Pile-CC" not in choice.mapping
+    # nothing shared (domains, or one language per family): the per-group form
+    assert resolve_families("auto", ["Pile-CC", "ArXiv"]).mapping is None
+    assert resolve_families("auto", ["en", "ru"]).mapping is None
+    assert resolve_families("none", groups) == (None, "none")
+    assert "per language (--families none)" in describe_families(
+        resolve_families("none", groups), groups
+    )
+    path = tmp_path / "fam.json"
+    path.write_text('{"ru": "east", "ja": "east"}')
+    choice = resolve_families(path, groups)
+    assert choice.mapping == {"ru": "east", "ja": "east"} and choice.source == "fam.json"
+    with pytest.raises(ClimbError, match="not found"):
+        resolve_families(tmp_path / "missing.csv", groups)

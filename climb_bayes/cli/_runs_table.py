@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-__all__ = ["runs_table_options", "families_option", "read_runs_table"]
+__all__ = ["runs_table_options", "families_option", "FAMILIES_HELP", "read_runs_table"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,14 +47,21 @@ def runs_table_options(languages_help: str) -> Callable[[F], F]:
     return decorate
 
 
+FAMILIES_HELP = (
+    "Language families for MSL's per-family form: 'auto' (the shipped table of common "
+    "languages; unknown groups on their own), 'none' (per language), or a file (CSV "
+    "group,family or JSON)."
+)
+
 families_option = click.option(
     "--families",
     "families_file",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Group -> family file (CSV group,family or JSON) for MSL's per-family form.",
+    default="auto",
+    show_default=True,
+    metavar="auto|none|FILE",
+    help=FAMILIES_HELP,
 )
-"""``--families FILE`` (MSL's per-family form)."""
+"""``--families auto|none|FILE`` (MSL's families; :mod:`climb_bayes.laws.families`)."""
 
 
 def read_runs_table(

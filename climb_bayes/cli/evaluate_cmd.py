@@ -134,7 +134,7 @@ def evaluate(
     inner_lfo: str,
     laws_spec: str,
     method: str,
-    families_file: Path | None,
+    families_file: str,
     seed: int,
     n_starts: int,
     chains: int,
@@ -166,7 +166,7 @@ def evaluate(
         runs_file_mask,
     )
     from climb_bayes.laws.base import FitOptions, Observations
-    from climb_bayes.laws.msl import read_families
+    from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.laws.registry import parse_laws
     from climb_bayes.priors import load_priors
 
@@ -182,8 +182,7 @@ def evaluate(
         raise ClimbError(f"--lfo-folds must be >= 1, got {lfo_folds}.")
     if method == "nuts" and (chains < 1 or samples < chains or warmup < 1):
         raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
-    families = read_families(families_file) if families_file else None
-    laws = parse_laws(laws_spec, families=families)
+    parse_laws(laws_spec)  # validates names before reading the data
     priors = load_priors(priors_file)
     runs = read_runs_table(
         runs_file,
@@ -192,6 +191,10 @@ def evaluate(
         renormalize=renormalize,
         languages=languages,
     )
+    family_choice = resolve_families(families_file, runs.languages)
+    laws = parse_laws(laws_spec, families=family_choice.mapping)
+    if any(law.name == "msl" for law in laws):
+        _echo(describe_families(family_choice, runs.languages))
     excluded: list[str] = []
     if exclude_expr is not None:
         drop = exclude_mask(runs, exclude_expr)

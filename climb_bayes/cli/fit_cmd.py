@@ -154,7 +154,7 @@ def fit(
     from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
     from climb_bayes.ensemble import EnsembleOptions
     from climb_bayes.errors import ConvergenceError
-    from climb_bayes.laws.msl import read_families
+    from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.laws.registry import parse_laws
     from climb_bayes.nuts import NutsConfig
     from climb_bayes.pipeline import fit_runs_ensemble
@@ -187,9 +187,12 @@ def fit(
         progress_bar=progress,
         blocks=blocks,
     )
-    families = read_families(families_file) if families_file else None
     law_names = [x.strip() for x in laws_spec.split(",") if x.strip()]
-    parse_laws(",".join(law_names), families=families)  # validates names early
+    parse_laws(",".join(law_names))  # validates names early
+    family_choice = resolve_families(families_file, runs.languages)
+    families = family_choice.mapping
+    if "msl" in law_names:
+        _echo(describe_families(family_choice, runs.languages))
     result = fit_runs_ensemble(
         runs,
         priors,

@@ -26,6 +26,7 @@ from climb_bayes.cli._decide import (
     write_frame,
     write_json,
 )
+from climb_bayes.cli._runs_table import FAMILIES_HELP
 from climb_bayes.errors import ClimbError
 
 __all__ = ["optimize"]
@@ -99,9 +100,10 @@ __all__ = ["optimize"]
 )
 @click.option(
     "--families",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Group -> family file (CSV group,family or JSON) for the MSL baseline's per-family form.",
+    default="auto",
+    show_default=True,
+    metavar="auto|none|FILE",
+    help="Language families of the MSL baseline: " + FAMILIES_HELP.split(": ", 1)[1],
 )
 @click.option(
     "--law",
@@ -142,7 +144,7 @@ def optimize(
     solver: str,
     max_draws: int | None,
     baselines: bool,
-    families: Path | None,
+    families: str,
     law_name: str | None,
     out: Path | None,
     draws_out: Path | None,
@@ -194,11 +196,11 @@ def optimize(
     msl = None
     if baselines:
         echo_err("fitting the MSL law to the fit's runs (baseline)...")
-        fam = None
-        if families is not None:
-            from climb_bayes.laws.msl import read_families
+        from climb_bayes.laws.families import describe_families, resolve_families
 
-            fam = read_families(families)  # a bad file is the user's error: exit 2
+        choice = resolve_families(families, fit.runs.languages)  # a bad file: exit 2
+        fam = choice.mapping
+        echo_err("  " + describe_families(choice, fit.runs.languages))
         try:
             msl = msl_baseline(fit.runs, fam)
         except Exception as exc:  # noqa: BLE001 - a baseline must not stop the command
