@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import climb_bayes  # noqa: E402,F401
+import climb_bayes  # noqa: E402
 from climb_bayes.discrepancy import (  # noqa: E402
     DiscrepancyPrior,
     LfoResiduals,
@@ -53,6 +53,8 @@ from climb_bayes.published import (  # noqa: E402
     load_mixinglaws,
     shared_data_dir,
 )
+
+climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
 WIDE = DiscrepancyPrior(0.03, 2.0, "wide (calibration)")
 SETS = [("2Mix", "70M"), ("2Mix", "160M"), ("3Mix", "70M"), ("3Mix", "160M")]

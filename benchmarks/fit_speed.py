@@ -21,7 +21,7 @@ import time
 import jax
 from numpyro.infer.util import initialize_model
 
-import climb_bayes  # noqa: F401  (x64 + host devices before JAX starts)
+import climb_bayes  # noqa: E402
 from climb_bayes.design import algorithm1_design
 from climb_bayes.fitting import fit_runs
 from climb_bayes.model import climb_model, model_data
@@ -29,6 +29,8 @@ from climb_bayes.nuts import NutsConfig
 from climb_bayes.priors import Priors
 from climb_bayes.runs import runs_from_frame
 from climb_bayes.simulate import example_params, simulate_runs
+
+climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
 LANGS16 = "de en nl es pt fr it id ja ko zh ru ar th vi tr".split()
 

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import climb_bayes  # noqa: E402,F401  (x64 before JAX starts)
+import climb_bayes  # noqa: E402
 from climb_bayes.simulate import example_draws  # noqa: E402
 from climb_bayes.solvers import (  # noqa: E402
     direct_batch,
@@ -37,6 +37,8 @@ from climb_bayes.solvers import (  # noqa: E402
     two_step_batch,
     two_step_trust_constr,
 )
+
+climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
 
 def run(

@@ -38,12 +38,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import climb_bayes  # noqa: E402,F401  (x64 before JAX starts)
+import climb_bayes  # noqa: E402
 from climb_bayes.ensemble import EnsembleOptions  # noqa: E402
-from climb_bayes.evaluate import EvalRow, evaluate_laws, format_table  # noqa: E402
+from climb_bayes.evaluation import EvalRow, evaluate_laws, format_table  # noqa: E402
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
 from climb_bayes.lfo_evaluate import evaluate_extrapolation, format_lfo_table  # noqa: E402
 from climb_bayes.published import load_5mix, load_regmix, shared_data_dir  # noqa: E402
+
+climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
 FIT_MAX_TOKENS = 12_000 * 4096 * 256
 TEST_MIN_TOKENS = 20_000 * 4096 * 256

@@ -33,10 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import climb_bayes  # noqa: E402,F401  (x64 before JAX starts)
+import climb_bayes  # noqa: E402
 from climb_bayes.law import LawParams  # noqa: E402
-from climb_bayes.optimize import median_params  # noqa: E402
+from climb_bayes.optimization import median_params  # noqa: E402
 from climb_bayes.solvers import direct_batch, two_step_batch, weighted_loss  # noqa: E402
+
+climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
 DATA = Path(__file__).resolve().parent.parent / "climb_bayes" / "data"
 DEFAULT_RHOS = (0.01, 1.0, 10.0, 100.0, 1e4)

@@ -1,23 +1,56 @@
 """climb-bayes: Bayesian CLIMB multilingual data-mixture scaling laws.
 
-Importing the package enables 64-bit floats in JAX (budgets of 1e12 tokens and shares of 1e-3
-need them) and, if JAX has not been initialised yet, exposes one host device per CPU core (at
-least 4) so that NUTS chains run in parallel rather than one after another.
+The public Python API (:mod:`climb_bayes.api`, loaded on first use so that ``import
+climb_bayes`` stays cheap and changes no JAX setting)::
+
+    import climb_bayes as cb
+
+    runs = cb.read_runs("runs.csv")
+    fit = cb.fit(runs)                           # NUTS posterior + stacked laws
+    fit.save("fit.nc"); fit = cb.load_fit("fit.nc")
+    table = cb.predict(fit, {"en": 0.5, "de": 0.3, "zh": 0.2}, 1e12)
+    best = cb.optimize(fit, 1e12)
+
+The API functions set JAX up themselves (:func:`setup_jax`: 64-bit floats, one host device per
+core); call ``cb.setup_jax()`` first when using the lower-level modules directly.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
 
-# Only effective while JAX has not initialised its backends (its first computation).
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _flags:
-    _n = max(os.cpu_count() or 1, 4)
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count={_n}".strip()
+_API = {
+    "setup_jax": "climb_bayes.runtime",
+    "read_runs": "climb_bayes.api",
+    "RunsData": "climb_bayes.api",
+    "Priors": "climb_bayes.api",
+    "load_priors": "climb_bayes.api",
+    "fit": "climb_bayes.api",
+    "Fit": "climb_bayes.api",
+    "load_fit": "climb_bayes.api",
+    "predict": "climb_bayes.api",
+    "optimize": "climb_bayes.api",
+    "evaluate": "climb_bayes.api",
+    "algorithm1_design": "climb_bayes.api",
+    "holdout_design": "climb_bayes.api",
+    "Constraints": "climb_bayes.api",
+    "ClimbError": "climb_bayes.api",
+    "dataset_path": "climb_bayes.api",
+}
 
-import jax  # noqa: E402
+__all__ = ["__version__", *_API]
 
-jax.config.update("jax_enable_x64", True)
+
+def __getattr__(name: str) -> Any:  # PEP 562: the API is imported on first use
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'climb_bayes' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

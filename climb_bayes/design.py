@@ -94,6 +94,14 @@ def algorithm1_design(
     References
     ----------
     .. [1] Guo et al. (2025), Algorithm 1.
+
+    Examples
+    --------
+    >>> plan = algorithm1_design(["en", "de", "zh"], [1e9, 5e9], seed=0)
+    >>> len(plan), list(plan.columns)
+    (18, ['run_id', 'tokens', 'r_en', 'r_de', 'r_zh'])
+    >>> bool((plan[["r_en", "r_de", "r_zh"]].sum(axis=1) - 1.0).abs().max() < 1e-12)
+    True
     """
     languages = list(languages)
     _check(languages, budgets)

@@ -183,7 +183,33 @@ class Fit:
 
 
 def load_fit(path: str | os.PathLike[str]) -> Fit:
-    """Open a ``fit.nc`` written by :meth:`Fit.save` (clear errors for anything else)."""
+    """Open a ``fit.nc`` written by :meth:`Fit.save` (clear errors for anything else).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The NetCDF file ``climb-bayes fit`` (or :meth:`Fit.save`) wrote.
+
+    Returns
+    -------
+    Fit
+        Posterior draws (:meth:`Fit.law_draws`), diagnostics, the runs it was fitted on
+        (:attr:`Fit.runs`) and the stacked predictive (:meth:`Fit.ensemble`).
+
+    Raises
+    ------
+    FitFileError
+        Missing or unreadable file, not a climb-bayes fit, or a newer format (names the fix).
+
+    Examples
+    --------
+    >>> from climb_bayes.fitresult import load_fit
+    >>> try:
+    ...     load_fit("no-such-fit.nc")
+    ... except FitFileError as exc:
+    ...     print(exc)
+    no-such-fit.nc: fit file not found. Create one with `climb-bayes fit`.
+    """
     path = Path(path)
     if not path.is_file():
         raise FitFileError(f"{path}: fit file not found. Create one with `climb-bayes fit`.")

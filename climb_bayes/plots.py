@@ -167,19 +167,19 @@ def rstar_draws(
 ) -> tuple[np.ndarray, str]:
     """Posterior draws of the optimal mixture ``r*`` at ``budget``: ``(S, m)`` and its source.
 
-    Uses :mod:`climb_bayes.optimize` when it is available; otherwise minimises the (weighted)
+    Uses :mod:`climb_bayes.optimization` when it is available; otherwise minimises the (weighted)
     mean predicted loss per draw here (softmax parameterisation, 300 Adam steps).
     """
     m = len(fit.languages)
     w = np.ones(m) if weights is None else np.asarray(weights, dtype=float)
     try:  # pragma: no cover - depends on a module another engineer is writing
-        from climb_bayes import optimize as _opt
+        from climb_bayes import optimization as _opt
 
         fn = getattr(_opt, "optimal_mixture_draws", None)
         if fn is not None:
             out = np.asarray(fn(fit, budget, weights=w, max_draws=max_draws))
             if out.ndim == 2 and out.shape[1] == m:
-                return out, "climb_bayes.optimize"
+                return out, "climb_bayes.optimization"
     except Exception:  # noqa: BLE001 - fall back to the local optimiser
         pass
     law = subsample_law(fit, max_draws)

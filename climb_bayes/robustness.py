@@ -271,7 +271,9 @@ def run_pareto_k(fit: Fit, loglik: np.ndarray | None = None) -> tuple[np.ndarray
 # -- posterior-mode refits with observation weights -----------------------------------------------
 def _refit_worker(task: dict[str, Any]) -> list[dict[str, Any]]:
     """Runs in a worker process: compile once for (runs, priors), refit every weight vector."""
-    import climb_bayes  # noqa: F401  (x64)
+    from climb_bayes.runtime import setup_jax
+
+    setup_jax()
     from climb_bayes.fitresult import load_fit
 
     fit = load_fit(task["fit_path"])

@@ -632,6 +632,13 @@ def read_runs(
     -----
     UserWarning
         When there are fewer observations than CLIMB parameters.
+
+    Examples
+    --------
+    >>> from climb_bayes.datasets import dataset_path
+    >>> runs = read_runs(dataset_path("default"))
+    >>> runs.languages, runs.n_runs
+    (('en', 'de', 'ru', 'zh', 'ja'), 55)
     """
     source = os.fspath(path)
     p = Path(source)

@@ -679,7 +679,9 @@ def sbc_replication(
 def _replication_task(task: dict[str, Any]) -> tuple[int, Replication, float]:
     """Runs in a worker process (or in-process): one replication, reusing the compiled
     sampler of the study."""
-    import climb_bayes  # noqa: F401  (x64)
+    from climb_bayes.runtime import setup_jax
+
+    setup_jax()
 
     if task.get("cache_dir"):
         jax.config.update("jax_compilation_cache_dir", task["cache_dir"])

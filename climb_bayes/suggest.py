@@ -46,7 +46,7 @@ from climb_bayes.design import format_budget
 from climb_bayes.errors import ClimbError
 from climb_bayes.law import LawParams
 from climb_bayes.mixtures import format_mixture
-from climb_bayes.predict import NoiseModel, law_log_loss
+from climb_bayes.prediction import NoiseModel, law_log_loss
 
 __all__ = [
     "TARGETS",

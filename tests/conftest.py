@@ -15,12 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import climb_bayes  # noqa: F401  (enables x64 and host devices before JAX starts)
+import climb_bayes
 from climb_bayes.design import algorithm1_design, holdout_design
 from climb_bayes.fitting import fit_runs
 from climb_bayes.nuts import NutsConfig
 from climb_bayes.runs import runs_from_frame
 from climb_bayes.simulate import TrueParams, example_params, simulate_runs
+
+climb_bayes.setup_jax()  # x64 and host devices before JAX starts (the CLI does the same)
 
 LANGS3 = ("en", "de", "zh")
 BUDGETS = (5e9, 2.5e10)

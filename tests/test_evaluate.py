@@ -9,7 +9,7 @@ import pytest
 
 from climb_bayes.cli import main
 from climb_bayes.errors import ClimbError
-from climb_bayes.evaluate import evaluate_laws, format_table, rows_to_json
+from climb_bayes.evaluation import evaluate_laws, format_table, rows_to_json
 from climb_bayes.holdout import (
     holdout_mask,
     parse_holdout,

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-import climb_bayes  # noqa: F401  (x64)
 from climb_bayes.baselines import (
     isolated_optimum,
     natural_mixture,
@@ -21,7 +20,7 @@ from climb_bayes.decision import bayes_decision, cvar, cvar_decision, draw_losse
 from climb_bayes.errors import ClimbError
 from climb_bayes.law import LawParams, optimal_direction, paper_direction
 from climb_bayes.mixtures import parse_weights
-from climb_bayes.optimize import optimize_mixture, thin_draws
+from climb_bayes.optimization import optimize_mixture, thin_draws
 from climb_bayes.simulate import example_draws
 from climb_bayes.solvers import (
     direct_batch,
@@ -170,7 +169,7 @@ def test_optimize_result_on_nuts_fit(nuts_fit3):
     json.dumps(res.to_dict())  # JSON-able
     # hooks used by plots/report
     from climb_bayes.baselines import baseline_mixtures
-    from climb_bayes.optimize import optimal_mixture_draws
+    from climb_bayes.optimization import optimal_mixture_draws
 
     draws = optimal_mixture_draws(nuts_fit3, D, max_draws=N)
     _valid(draws, np.zeros(3), np.ones(3))

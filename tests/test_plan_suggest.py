@@ -6,11 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import climb_bayes  # noqa: F401  (x64)
 from climb_bayes.cli import main
 from climb_bayes.errors import ClimbError
-from climb_bayes.optimize import thin_draws
-from climb_bayes.predict import NoiseModel, noise_model
+from climb_bayes.optimization import thin_draws
+from climb_bayes.prediction import NoiseModel, noise_model
 from climb_bayes.solvers import direct_batch
 from climb_bayes.suggest import (
     Candidate,

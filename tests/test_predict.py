@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-import climb_bayes  # noqa: F401  (x64)
 from climb_bayes.cli import main
 from climb_bayes.constraints import Availability
 from climb_bayes.design import holdout_design
@@ -17,7 +16,7 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.fitresult import Fit
 from climb_bayes.law import LawParams, loss
 from climb_bayes.mixtures import resolve_mixture
-from climb_bayes.predict import (
+from climb_bayes.prediction import (
     NoiseModel,
     coverage,
     law_log_loss,

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from climb_bayes.evaluate import evaluate_laws
+from climb_bayes.evaluation import evaluate_laws
 from climb_bayes.laws import FitOptions, parse_laws
 from climb_bayes.published import TOKENS_PER_STEP, load_5mix, load_regmix
 

@@ -402,7 +402,9 @@ def test_kill_and_resume_reproduces_uninterrupted_run(corpus, tokenizer_dir, tmp
         data_key=data.key,
     )
     opts = RunOptions(device="cpu", threads=1, log_every_s=1e9)
-    full = train_run(cfg, data, tmp_path / "full", opts, log=lambda s: None)
+    tb_opts = RunOptions(device="cpu", threads=1, log_every_s=1e9, tensorboard_dir=str(tmp_path))
+    full = train_run(cfg, data, tmp_path / "full", tb_opts, log=lambda s: None)
+    assert list((tmp_path / "r").glob("events.out.tfevents.*")), "no TensorBoard event file"
 
     stopped = RunOptions(device="cpu", threads=1, log_every_s=1e9, stop_after_steps=7)
     with pytest.raises(RunInterrupted):
@@ -418,6 +420,24 @@ def test_kill_and_resume_reproduces_uninterrupted_run(corpus, tokenizer_dir, tmp
     rows_res = (tmp_path / "killed" / "rows.csv").read_text()
     assert rows_full == rows_res  # every evaluation point, to 8 significant digits
     assert not (tmp_path / "killed" / "checkpoint.pt").exists()  # removed when finished
+
+    # per-step metrics: one line per step and evaluation, the resumed run's equal the full run's
+    def metrics(folder: str) -> list[dict]:
+        lines = (tmp_path / folder / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(x) for x in lines]
+
+    m_full, m_res = metrics("full"), metrics("killed")
+    train_full = [m for m in m_full if m["kind"] == "train"]
+    assert [m["step"] for m in train_full] == list(range(1, full["steps"] + 1))
+    assert [m["step"] for m in m_res if m["kind"] == "train"] == [m["step"] for m in train_full]
+    for a, b in zip(train_full, (m for m in m_res if m["kind"] == "train"), strict=True):
+        assert a["tokens"] == b["tokens"] and a["lr"] == b["lr"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5) and a["grad_norm"] > 0
+        assert a["tokens_per_s"] > 0 and a["memory_gb"] > 0
+    evals = [m for m in m_full if m["kind"] == "eval"]
+    assert len(evals) == len(full["eval_steps"])
+    assert evals[-1]["loss"] == pytest.approx(full["final_loss"], abs=1e-6)
 
 
 def test_sigterm_checkpoints_and_stops(corpus, tokenizer_dir, tmp_path):
@@ -641,3 +661,77 @@ def test_checkpoints_load_weights_only_and_refuse_pickled_objects(tmp_path):
     torch.save({"x": np.zeros(3)}, tmp_path / "bad.pt")
     with pytest.raises(TrainingError, match="not a plain checkpoint.*delete it"):
         load_checkpoint(tmp_path / "bad.pt")
+
+
+def test_accelerate_mixed_precision_is_honoured_or_rejected(tmp_path, monkeypatch):
+    from training.sweep import accelerate_precision
+
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    cfg = tmp_path / "default_config.yaml"
+    assert accelerate_precision("auto", cfg) == ("auto", "no")  # no config file
+    assert accelerate_precision("bf16", cfg) == ("bf16", "bf16")
+    cfg.write_text("compute_environment: LOCAL_MACHINE\nmixed_precision: bf16\n")
+    assert accelerate_precision("auto", cfg) == ("bf16", "bf16")
+    with pytest.raises(TrainingError, match="must agree"):
+        accelerate_precision("fp32", cfg)
+    cfg.write_text("mixed_precision: fp16\n")
+    with pytest.raises(TrainingError, match="does not support"):
+        accelerate_precision("auto", cfg)
+    cfg.write_text("mixed_precision: 'no'\n")
+    assert accelerate_precision("fp32", cfg) == ("fp32", "no")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # the environment wins
+    assert accelerate_precision("auto", cfg) == ("bf16", "bf16")
+
+
+def test_sweep_lock_refuses_a_second_sweep_and_recovers_a_stale_one(corpus, tmp_path):
+    import socket
+
+    from training.lock import LOCK_FILE, sweep_lock
+    from training.sweep import run_sweep
+
+    out = tmp_path / "out"
+    with sweep_lock(out, log=lambda s: None):
+        assert (out / LOCK_FILE).is_file()
+        with pytest.raises(TrainingError, match="another sweep is running"):
+            with sweep_lock(out, log=lambda s: None):
+                pass
+        plan = _plan(tmp_path / "plan.csv", [("a", 1500, {"en": 1.0})])
+        with pytest.raises(TrainingError, match=r"another sweep is running.*delete"):
+            run_sweep(plan, corpus, out, preset="micro", log=lambda s: None)
+    assert not (out / LOCK_FILE).exists()  # released
+    # a lock left by a process of this host that no longer exists is stale: taken over
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = {"host": socket.gethostname(), "pid": dead.pid, "started": "2026-01-01T00:00:00"}
+    (out / LOCK_FILE).write_text(json.dumps(lock))
+    msgs: list[str] = []
+    with sweep_lock(out, log=msgs.append):
+        pass
+    assert any("stale lock" in m for m in msgs) and not (out / LOCK_FILE).exists()
+
+
+def test_slurm_jobs_in_flight_are_not_submitted_again(tmp_path):
+    from training.slurm_jobs import in_flight, read_jobs, record_jobs
+
+    record_jobs(tmp_path, {"a-1": "100_0", "b-2": "100_1"})
+    record_jobs(tmp_path, {"c-3": "101_0"})  # merged, not overwritten
+    assert read_jobs(tmp_path) == {"a-1": "100_0", "b-2": "100_1", "c-3": "101_0"}
+    states = {"100_0": "RUNNING", "100_1": "COMPLETED", "101_0": ""}
+    active = in_flight(tmp_path, ["a-1", "b-2", "c-3", "d-4"], states.get)
+    assert active == {"a-1": ("100_0", "RUNNING"), "c-3": ("101_0", "UNKNOWN")}
+
+
+def test_tokenizer_short_vocabulary_and_mismatched_reuse_are_errors(corpus, tmp_path):
+    from training.tokenizer import check_reused_tokenizer
+
+    samples = {lang: read_documents(find_language_files(corpus, lang), lang) for lang in LANGS}
+    with pytest.raises(TrainingError, match=r"came out with \d+ tokens, not the 100000.*Fix"):
+        train_tokenizer(samples, 100_000, tmp_path / "big")
+    assert not (tmp_path / "big").exists()  # nothing half-written
+    tok = tmp_path / "tok"
+    train_tokenizer({k: samples[k] for k in ("en", "de")}, 300, tok)
+    check_reused_tokenizer(tok, ["en"], 300)  # a subset of its languages: fine
+    with pytest.raises(TrainingError, match=r"trained without zh.*new --out"):
+        check_reused_tokenizer(tok, ["en", "zh"], 300)
+    with pytest.raises(TrainingError, match="vocabulary is 300, this sweep asks for 512"):
+        check_reused_tokenizer(tok, ["en"], 512)

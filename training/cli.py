@@ -164,6 +164,14 @@ def _slurm_value(v: str) -> Any:
     help="Also checkpoint every N steps (always at evaluation points).",
 )
 @click.option("--log-every", type=float, default=30.0, help="Seconds between step lines.")
+@click.option(
+    "--tensorboard",
+    "tensorboard",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write the per-step metrics (every run writes RUN/metrics.jsonl) as TensorBoard "
+    "scalars under DIR/<run_id>.",
+)
 @click.option("--save-model", is_flag=True, help="Save each finished model to RUN/model/.")
 @click.option(
     "--launcher",
@@ -244,6 +252,7 @@ def _train(**kw: Any) -> None:
         checkpoint_every=kw["checkpoint_every"],
         log_every_s=kw["log_every"],
         save_model=kw["save_model"],
+        tensorboard_dir=kw["tensorboard"],
     )
     res = run_sweep(
         kw["plan"],

@@ -28,6 +28,7 @@ from training.corpus import (
 from training.errors import TrainingError
 from training.tokenizer import (
     balanced_sample,
+    check_reused_tokenizer,
     encode_documents,
     load_tokenizer,
     train_tokenizer,
@@ -148,6 +149,7 @@ def prepare_data(
                 for lang in languages
             }
             train_tokenizer(samples, vocab_size, tok_dir)
+        check_reused_tokenizer(tok_dir, languages, vocab_size)
     else:
         tok_dir = Path(tokenizer)
     tok = load_tokenizer(tok_dir)

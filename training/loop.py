@@ -34,6 +34,7 @@ from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set
 from training.dataset import SweepData
 from training.errors import RunInterrupted, TrainingError
 from training.flops import device_peak, flops_per_token, mfu
+from training.metrics import MetricsLog, peak_memory_gb
 from training.mixture import Mixture, batch_arrays, build_mixture, token_budgets
 from training.presets import build_model, count_parameters, get_preset
 from training.records import is_finished, read_record, write_finished_run
@@ -107,6 +108,7 @@ class RunOptions:
     save_model: bool = False
     keep_checkpoint: bool = False
     stop_after_steps: int | None = None
+    tensorboard_dir: str | None = None
     on_step: Callable[[int], None] | None = field(default=None, repr=False)
 
 
@@ -262,6 +264,14 @@ def _hardware(env: _Dist) -> dict[str, Any]:
         "platform": platform.platform(),
         "host": platform.node(),
     }
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``3m05s`` or ``42s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def _now() -> str:
@@ -531,6 +541,13 @@ def train_run(
     last_log = time.time()
     first_step = state["step"]
     train_loss = float("nan")
+    metrics = MetricsLog(
+        run_dir,
+        state["step"],
+        enabled=env.main,
+        tensorboard_dir=opts.tensorboard_dir,
+        run_id=cfg.run_id,
+    )
     pad_block = np.array([[0, 0, 0]], dtype=np.int64)
     try:
         while state["step"] < n_steps:
@@ -544,7 +561,7 @@ def train_run(
             mine = gblocks[env.rank :: env.world]
             per_rank = math.ceil(gblocks.shape[0] / env.world)
             n_micro = math.ceil(per_rank / micro)  # the same on every rank
-            step_nll = 0.0
+            step_nll = torch.zeros((), device=env.device)
             for m in range(n_micro):
                 part = mine[m * micro : (m + 1) * micro]
                 if part.shape[0] == 0:  # this rank has no block left: zero-loss dummy
@@ -561,12 +578,19 @@ def train_run(
                         nll, _ = loss_sum(model, ids_t, lab_t)
                     loss = nll * (env.world / max(1, n_targets))
                     loss.backward()
-                step_nll += float(nll.detach())
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                step_nll += nll.detach()  # no host sync per micro-batch
+            # the total gradient norm (clipped when grad_clip > 0; inf: measure only)
+            gnorm = torch.nn.utils.clip_grad_norm_(
+                model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+            )
+            if hasattr(gnorm, "full_tensor"):  # FSDP2: a DTensor
+                gnorm = gnorm.full_tensor()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            train_loss = step_nll * env.world / max(1, n_targets)
+            # one host sync per step, for the loss and the norm together
+            pair = torch.stack([step_nll.float(), gnorm.float().to(step_nll.device)]).cpu()
+            step_nll_f, gnorm_f = float(pair[0]), float(pair[1])
+            train_loss = step_nll_f * env.world / max(1, n_targets)
             if env.device.type == "cuda":
                 torch.cuda.synchronize(env.device)
             dt = time.time() - t0
@@ -574,10 +598,22 @@ def train_run(
                 state["train_time"] += dt
                 state["timed_tokens"] += int(step_tokens[step])
             state["step"] = step + 1
+            metrics.train_step(
+                step + 1,
+                tokens=int(cum[step]),
+                loss=train_loss,
+                grad_norm=gnorm_f,
+                lr=lr,
+                tokens_per_s=int(step_tokens[step]) / dt if dt > 0 else float("nan"),
+                mfu=mfu(int(step_tokens[step]) / dt, fpt, peak, env.world) if dt > 0 else None,
+                memory_gb=peak_memory_gb(env.device),
+                elapsed_s=time.time() - t_start,
+            )
             if opts.on_step is not None:
                 opts.on_step(state["step"])
             if step in eval_set:
                 losses = _evaluate(raw_model if fsdp else model, data, langs, env, eval_bs, amp)
+                metrics.evaluation(step + 1, int(cum[step]), losses)
                 for lang in langs:
                     state["rows"].append(
                         {
@@ -600,9 +636,14 @@ def train_run(
                         for r in state["rows"]
                         if r["step"] == step + 1
                     )
+                timed = state["step"] - first_step - 1  # steps in train_time
+                eta = ""
+                if timed > 0:
+                    left = (n_steps - state["step"]) * state["train_time"] / timed
+                    eta = f" ETA {_duration(left)}"
                 log(
                     f"  [{cfg.run_id}] step {step + 1}/{n_steps} tokens {int(cum[step])} "
-                    f"loss {train_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s{extra}"
+                    f"loss {train_loss:.4f} lr {lr:.2e} {tps:,.0f} tok/s{eta}{extra}"
                 )
                 last_log = now
             if state["step"] == n_steps:
@@ -619,6 +660,7 @@ def train_run(
                     f"checkpoint {ckpt_path}"
                 )
     finally:
+        metrics.close()
         if old_handler is not None:
             signal.signal(signal.SIGTERM, old_handler)
 

@@ -13,7 +13,6 @@ run on one node (DDP, or FSDP with ``RunOptions.fsdp``), or as a Slurm job array
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import re
@@ -22,16 +21,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from training.atomic import atomic_write_json
 from training.errors import TrainingError
+from training.lock import sweep_lock
 from training.loop import DEFAULT_EVAL_POINTS, RunConfig, RunOptions, check_repeat, train_run
 from training.mixture import token_budgets
 from training.presets import get_preset
 from training.records import is_finished, write_table
+from training.slurm_jobs import in_flight, jobs_file, record_jobs, slurm_state
 
 __all__ = ["PlanRun", "read_plan", "SweepResult", "run_dir_name", "run_sweep"]
 
@@ -152,7 +153,53 @@ def _options_dict(opts: RunOptions) -> dict[str, Any]:
     return d
 
 
-def _launch_cmd(launcher: str, nproc: int, spec: Path) -> list[str]:
+def accelerate_precision(dtype: str, config_file: str | Path | None = None) -> tuple[str, str]:
+    """Reconcile ``--dtype`` with the user's accelerate mixed-precision setting.
+
+    The training loop applies precision itself (bf16 autocast, fp32 master weights), so
+    accelerate's own setting is read -- ``ACCELERATE_MIXED_PRECISION``, else ``mixed_precision``
+    of the accelerate config file (default: accelerate's ``default_config.yaml``) -- and:
+    ``bf16`` is honoured when ``--dtype`` is ``auto`` (and must not contradict an explicit
+    ``--dtype fp32``); ``no`` keeps ``--dtype``; ``fp16``/``fp8`` are rejected (no loss scaling
+    here). Returns the run dtype and the ``--mixed_precision`` value passed to accelerate, so the
+    two always agree.
+    """
+    setting = os.environ.get("ACCELERATE_MIXED_PRECISION")
+    source = "ACCELERATE_MIXED_PRECISION"
+    if setting is None:
+        if config_file is None:
+            from accelerate.commands.config import default_config_file
+
+            config_file = default_config_file
+        path = Path(config_file)
+        if path.is_file():
+            import yaml
+
+            try:
+                cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as exc:
+                raise TrainingError(f"{path}: not a readable accelerate config ({exc}).") from None
+            setting, source = cfg.get("mixed_precision"), str(path)
+    setting = str(setting or "no").lower()
+    if setting in ("fp16", "fp8"):
+        raise TrainingError(
+            f"{source} asks for mixed_precision {setting}, which climb-bayes training does not "
+            "support (bf16 autocast with fp32 weights, or fp32). Fix: set it to bf16 or no, or "
+            "pass --dtype bf16|fp32 with ACCELERATE_MIXED_PRECISION=no."
+        )
+    if setting == "bf16":
+        if dtype == "fp32":
+            raise TrainingError(
+                f"{source} asks for mixed_precision bf16 but --dtype fp32 was given. Fix: drop "
+                "one of the two (they must agree)."
+            )
+        return "bf16", "bf16"
+    if setting != "no":
+        raise TrainingError(f"{source}: unknown mixed_precision {setting!r} (want no or bf16).")
+    return dtype, "bf16" if dtype == "bf16" else "no"
+
+
+def _launch_cmd(launcher: str, nproc: int, spec: Path, mixed_precision: str = "no") -> list[str]:
     if launcher == "torchrun":
         return [
             sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -161,7 +208,8 @@ def _launch_cmd(launcher: str, nproc: int, spec: Path) -> list[str]:
     if launcher == "accelerate":
         cmd = [
             sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(nproc),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--num_machines", "1", "--mixed_precision", mixed_precision,
+            "--dynamo_backend", "no",
         ]  # fmt: skip
         if nproc > 1:
             cmd.append("--multi_gpu")
@@ -245,132 +293,142 @@ def run_sweep(
         def log(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)
 
-    from training.dataset import prepare_data
+    with sweep_lock(out, log):  # never two sweeps on one output folder
+        from training.dataset import prepare_data
 
-    opts = options or RunOptions()
-    if jobs < 1:
-        raise TrainingError(f"--jobs must be >= 1, got {jobs}. Fix: e.g. --jobs 2 --threads 1.")
-    pre = get_preset(preset)
-    seq_len = seq_len or pre.seq_len
-    if seq_len > pre.max_positions:
-        raise TrainingError(
-            f"--seq-len {seq_len} exceeds preset {preset}'s {pre.max_positions} positions. Fix: "
-            f"use --seq-len <= {pre.max_positions}."
-        )
-    eval_points = tuple(sorted(set(float(f) for f in eval_points)))
-    if not eval_points or eval_points[0] <= 0 or eval_points[-1] > 1:
-        raise TrainingError(
-            f"--eval-points {eval_points} must be fractions in (0, 1]. Fix: e.g. "
-            f"0.5,0.87,0.9,0.93,0.96,1.0."
-        )
-    langs, runs = read_plan(plan)
-    out = Path(out)
-    need: dict[str, int] = {lang: 0 for lang in langs}
-    for r in runs:
-        for lang, n in token_budgets(r.shares, r.tokens).items():
-            need[lang] = max(need[lang], n)
-    log(f"sweep: {len(runs)} runs, languages {', '.join(langs)}, preset {preset} -> {out}")
-    data = prepare_data(
-        corpus,
-        langs,
-        out,
-        seq_len=seq_len,
-        val_tokens=val_tokens or pre.val_tokens,
-        seed=seed,
-        need=need,
-        tokenizer=tokenizer,
-        vocab_size=vocab_size or pre.vocab_size,
-        tokenizer_sample_chars=tokenizer_sample_chars,
-        corpus_map=corpus_map,
-        log=log,
-    )
-    configs = [
-        RunConfig(
-            run_id=r.run_id,
-            budget_tokens=r.tokens,
-            shares=dict(r.shares),
-            preset=preset,
+        opts = options or RunOptions()
+        if jobs < 1:
+            raise TrainingError(f"--jobs must be >= 1, got {jobs}. Fix: e.g. --jobs 2 --threads 1.")
+        pre = get_preset(preset)
+        seq_len = seq_len or pre.seq_len
+        if seq_len > pre.max_positions:
+            raise TrainingError(
+                f"--seq-len {seq_len} exceeds preset {preset}'s {pre.max_positions} "
+                f"positions. Fix: use --seq-len <= {pre.max_positions}."
+            )
+        eval_points = tuple(sorted(set(float(f) for f in eval_points)))
+        if not eval_points or eval_points[0] <= 0 or eval_points[-1] > 1:
+            raise TrainingError(
+                f"--eval-points {eval_points} must be fractions in (0, 1]. Fix: e.g. "
+                f"0.5,0.87,0.9,0.93,0.96,1.0."
+            )
+        langs, runs = read_plan(plan)
+        out = Path(out)
+        need: dict[str, int] = {lang: 0 for lang in langs}
+        for r in runs:
+            for lang, n in token_budgets(r.shares, r.tokens).items():
+                need[lang] = max(need[lang], n)
+        log(f"sweep: {len(runs)} runs, languages {', '.join(langs)}, preset {preset} -> {out}")
+        data = prepare_data(
+            corpus,
+            langs,
+            out,
             seq_len=seq_len,
-            batch_size=batch_size or pre.batch_size,
-            micro_batch_size=micro_batch_size or min(pre.micro_batch_size, batch_size or 1 << 30),
-            lr=lr if lr is not None else pre.lr,
-            min_lr_ratio=min_lr_ratio,
-            warmup=warmup,
-            weight_decay=weight_decay,
-            grad_clip=grad_clip,
+            val_tokens=val_tokens or pre.val_tokens,
             seed=seed,
-            eval_points=eval_points,
-            allow_repeat=allow_repeat,
-            data_key=data.key,
+            need=need,
+            tokenizer=tokenizer,
+            vocab_size=vocab_size or pre.vocab_size,
+            tokenizer_sample_chars=tokenizer_sample_chars,
+            corpus_map=corpus_map,
+            log=log,
         )
-        for r in runs
-    ]
-    for cfg in configs:  # refuse impossible budgets before anything trains
-        check_repeat(cfg, token_budgets(cfg.shares, cfg.budget_tokens), data)
-    run_dirs = [out / "runs" / run_dir_name(cfg) for cfg in configs]
-    atomic_write_json(
-        out / "sweep.json",
-        {
-            "plan": str(Path(plan).resolve()),
-            "corpus": str(Path(corpus).resolve()),
-            "preset": preset,
-            "data_key": data.key,
-            "runs": [
-                {"run_id": c.run_id, "dir": d.name} for c, d in zip(configs, run_dirs, strict=True)
-            ],
-            "options": _options_dict(opts),
-        },
-    )
-    todo = [(c, d) for c, d in zip(configs, run_dirs, strict=True) if not is_finished(d)]
-    skipped = len(configs) - len(todo)
-    if skipped:
-        log(f"sweep: {skipped} of {len(configs)} runs already finished, skipping them")
-    if max_runs is not None:
-        todo = todo[: max(0, max_runs)]
-    use_slurm = slurm
-    if slurm and slurm_cluster is None and shutil.which("sbatch") is None:
-        log("warning: --slurm given but no Slurm here (sbatch not on PATH): running locally")
-        use_slurm = False
+        configs = [
+            RunConfig(
+                run_id=r.run_id,
+                budget_tokens=r.tokens,
+                shares=dict(r.shares),
+                preset=preset,
+                seq_len=seq_len,
+                batch_size=batch_size or pre.batch_size,
+                micro_batch_size=micro_batch_size
+                or min(pre.micro_batch_size, batch_size or 1 << 30),
+                lr=lr if lr is not None else pre.lr,
+                min_lr_ratio=min_lr_ratio,
+                warmup=warmup,
+                weight_decay=weight_decay,
+                grad_clip=grad_clip,
+                seed=seed,
+                eval_points=eval_points,
+                allow_repeat=allow_repeat,
+                data_key=data.key,
+            )
+            for r in runs
+        ]
+        for cfg in configs:  # refuse impossible budgets before anything trains
+            check_repeat(cfg, token_budgets(cfg.shares, cfg.budget_tokens), data)
+        run_dirs = [out / "runs" / run_dir_name(cfg) for cfg in configs]
+        atomic_write_json(
+            out / "sweep.json",
+            {
+                "plan": str(Path(plan).resolve()),
+                "corpus": str(Path(corpus).resolve()),
+                "preset": preset,
+                "data_key": data.key,
+                "runs": [
+                    {"run_id": c.run_id, "dir": d.name}
+                    for c, d in zip(configs, run_dirs, strict=True)
+                ],
+                "options": _options_dict(opts),
+            },
+        )
+        todo = [(c, d) for c, d in zip(configs, run_dirs, strict=True) if not is_finished(d)]
+        skipped = len(configs) - len(todo)
+        if skipped:
+            log(f"sweep: {skipped} of {len(configs)} runs already finished, skipping them")
+        if max_runs is not None:
+            todo = todo[: max(0, max_runs)]
+        use_slurm = slurm
+        if slurm and slurm_cluster is None and shutil.which("sbatch") is None:
+            log("warning: --slurm given but no Slurm here (sbatch not on PATH): running locally")
+            use_slurm = False
 
-    trained = 0
-    if use_slurm and todo:
-        trained = _run_slurm(todo, data.path, out, opts, slurm_params or {}, slurm_cluster,
-                             slurm_wait, nproc, log)  # fmt: skip
-    elif launcher == "local" and jobs > 1 and todo:
-        trained = _run_parallel(todo, data.path, opts, jobs, log)
-    else:
-        for i, (cfg, rdir) in enumerate(todo, start=1):
-            log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name})")
-            if launcher == "local":
-                train_run(cfg, data, rdir, opts, log)
-            else:
-                spec = _write_spec(cfg, data.path, rdir, opts)
-                n = nproc or _default_nproc()
-                env = {**os.environ, "PYTHONPATH": _pythonpath()}
-                rc = subprocess.run(_launch_cmd(launcher, n, spec), env=env).returncode
-                if rc != 0 and is_finished(rdir):
-                    log(
-                        f"warning: run {cfg.run_id}: {launcher} exited with code {rc} after the "
-                        "run's record was written (a rank failed while shutting down); the "
-                        "run is kept as finished"
-                    )
-                elif rc != 0 or not is_finished(rdir):
-                    raise TrainingError(
-                        f"run {cfg.run_id} failed under {launcher} (exit code {rc}); see the "
-                        f"output above. Fix the cause and run the sweep again: it resumes from "
-                        f"{rdir / 'checkpoint.pt'} when there is one."
-                    )
-            trained += 1
+        mixed_precision = "no"
+        if launcher == "accelerate" and todo:
+            dtype, mixed_precision = accelerate_precision(opts.dtype)
+            if dtype != opts.dtype:
+                log(f"accelerate config: mixed_precision {mixed_precision} -> --dtype {dtype}")
+                opts = replace(opts, dtype=dtype)
+        trained = 0
+        if use_slurm and todo:
+            trained = _run_slurm(todo, data.path, out, opts, slurm_params or {}, slurm_cluster,
+                                 slurm_wait, nproc, log)  # fmt: skip
+        elif launcher == "local" and jobs > 1 and todo:
+            trained = _run_parallel(todo, data.path, opts, jobs, log)
+        else:
+            for i, (cfg, rdir) in enumerate(todo, start=1):
+                log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name})")
+                if launcher == "local":
+                    train_run(cfg, data, rdir, opts, log)
+                else:
+                    spec = _write_spec(cfg, data.path, rdir, opts)
+                    n = nproc or _default_nproc()
+                    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+                    cmd = _launch_cmd(launcher, n, spec, mixed_precision)
+                    rc = subprocess.run(cmd, env=env).returncode
+                    if rc != 0 and is_finished(rdir):
+                        log(
+                            f"warning: run {cfg.run_id}: {launcher} exited with code {rc} "
+                            "after the run's record was written (a rank failed while shutting "
+                            "down); the run is kept as finished"
+                        )
+                    elif rc != 0 or not is_finished(rdir):
+                        raise TrainingError(
+                            f"run {cfg.run_id} failed under {launcher} (exit code {rc}); see the "
+                            f"output above. Fix the cause and run the sweep again: it resumes from "
+                            f"{rdir / 'checkpoint.pt'} when there is one."
+                        )
+                trained += 1
 
-    table, records = out / "runs.csv", out / "records.json"
-    finished = write_table(run_dirs, table, records)
-    pending = len(configs) - finished
-    wall = time.time() - t0
-    log(
-        f"sweep: {finished}/{len(configs)} runs finished ({trained} trained now, {skipped} "
-        f"skipped, {pending} pending) in {wall:.1f}s -> {table}"
-    )
-    return SweepResult(table, records, finished, trained, skipped, pending, wall, run_dirs)
+        table, records = out / "runs.csv", out / "records.json"
+        finished = write_table(run_dirs, table, records)
+        pending = len(configs) - finished
+        wall = time.time() - t0
+        log(
+            f"sweep: {finished}/{len(configs)} runs finished ({trained} trained now, {skipped} "
+            f"skipped, {pending} pending) in {wall:.1f}s -> {table}"
+        )
+        return SweepResult(table, records, finished, trained, skipped, pending, wall, run_dirs)
 
 
 def _run_parallel(
@@ -455,6 +513,15 @@ def _run_slurm(
 
     from training.worker import SlurmTask
 
+    flying = in_flight(out, [d.name for _, d in todo], lambda j: slurm_state(out, j, cluster))
+    for name, (job, state) in flying.items():
+        log(
+            f"slurm: {name} is still {state} as job {job}; not submitting it again (if that "
+            f"job is gone, remove its entry from {jobs_file(out)} and run again)"
+        )
+    todo = [(c, d) for c, d in todo if d.name not in flying]
+    if not todo:
+        return 0
     executor = submitit.AutoExecutor(folder=out / "slurm" / "%j", cluster=cluster)
     defaults: dict[str, Any] = {"timeout_min": 24 * 60, "nodes": 1}
     if nproc:
@@ -463,9 +530,7 @@ def _run_slurm(
     specs = [str(_write_spec(cfg, data_dir, rdir, opts)) for cfg, rdir in todo]
     jobs = executor.map_array(SlurmTask(), specs)
     log(f"slurm: submitted {len(jobs)} runs as job array {jobs[0].job_id.split('_')[0]}")
-    json_path = out / "slurm" / "jobs.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps([j.job_id for j in jobs]) + "\n")
+    record_jobs(out, {d.name: j.job_id for (_, d), j in zip(todo, jobs, strict=True)})
     if not wait:
         log("slurm: not waiting; run the same command again later to collect the table")
         return 0

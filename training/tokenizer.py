@@ -22,6 +22,7 @@ __all__ = [
     "PAD_TOKEN",
     "balanced_sample",
     "train_tokenizer",
+    "check_reused_tokenizer",
     "load_tokenizer",
     "encode_documents",
 ]
@@ -90,6 +91,14 @@ def train_tokenizer(
             yield from samples[lang]
 
     tok.train_from_iterator(_iter(), trainer=trainer)
+    got = tok.get_vocab_size()
+    if got < vocab_size:  # the sample ran out of pairs seen at least twice
+        chars = sum(sum(map(len, v)) for v in samples.values())
+        raise TrainingError(
+            f"the tokenizer came out with {got} tokens, not the {vocab_size} asked for: the "
+            f"sample ({chars:,} characters over {len(samples)} languages) has too few repeated "
+            f"pairs. Fix: raise --tokenizer-sample-chars, or ask for --vocab-size {got} or less."
+        )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, pad_token=PAD_TOKEN
     )
@@ -113,6 +122,35 @@ def train_tokenizer(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return fast
+
+
+def check_reused_tokenizer(tok_dir: str | Path, languages: Sequence[str], vocab_size: int) -> None:
+    """Refuse to reuse ``OUT/tokenizer`` trained for other languages or another vocabulary.
+
+    Reads the ``climb_tokenizer.json`` :func:`train_tokenizer` writes; a folder without it (a
+    user's own tokenizer) is not checked.
+
+    Raises
+    ------
+    TrainingError
+        The plan has a language the tokenizer was not trained on, or ``vocab_size`` differs.
+    """
+    meta_path = Path(tok_dir) / "climb_tokenizer.json"
+    if not meta_path.is_file():
+        return
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    trained = set(meta.get("languages", []))
+    missing = sorted(set(languages) - trained)
+    problem = None
+    if missing:
+        problem = f"it was trained without {', '.join(missing)} (on {', '.join(sorted(trained))})"
+    elif int(meta.get("vocab_size", vocab_size)) != int(vocab_size):
+        problem = f"its vocabulary is {meta['vocab_size']}, this sweep asks for {vocab_size}"
+    if problem:
+        raise TrainingError(
+            f"{tok_dir} cannot be reused: {problem}. Fix: use a new --out folder (or delete "
+            f"{tok_dir} and the data/ cache next to it), or pass --tokenizer explicitly."
+        )
 
 
 def load_tokenizer(path: str | Path) -> Any:

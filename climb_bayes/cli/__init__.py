@@ -128,6 +128,9 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``climb-bayes`` console script; returns the exit code."""
+    from climb_bayes.runtime import setup_jax
+
+    setup_jax()  # before any command touches JAX: x64, one host device per core
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
         cli.main(args=argv, prog_name="climb-bayes", standalone_mode=False)

@@ -157,8 +157,8 @@ def evaluate(
     Groups may be languages or domains.
     """
     from climb_bayes.errors import ClimbError
-    from climb_bayes.evaluate import evaluate_laws as run_evaluation
-    from climb_bayes.evaluate import format_table, rows_to_json
+    from climb_bayes.evaluation import evaluate_laws as run_evaluation
+    from climb_bayes.evaluation import format_table, rows_to_json
     from climb_bayes.holdout import (
         exclude_mask,
         holdout_mask,

@@ -150,14 +150,12 @@ def fit(
     With no RUNS_FILE the shipped default dataset is fitted. Writes OUT (default fit.nc) and
     prints the diagnostics and a parameter summary.
     """
+    from climb_bayes import api
     from climb_bayes.convergence import fit_gate
     from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
-    from climb_bayes.ensemble import EnsembleOptions
     from climb_bayes.errors import ConvergenceError
     from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.laws.registry import parse_laws
-    from climb_bayes.nuts import NutsConfig
-    from climb_bayes.pipeline import fit_runs_ensemble
     from climb_bayes.priors import load_priors
 
     label = ""
@@ -177,31 +175,26 @@ def fit(
     priors = load_priors(
         priors_file, likelihood=likelihood, hierarchical_transfer=hierarchical_transfer
     )
-    config = NutsConfig(
+    law_names = [x.strip() for x in laws_spec.split(",") if x.strip()]
+    parse_laws(",".join(law_names))  # validates names early
+    if "msl" in law_names:
+        _echo(describe_families(resolve_families(families_file, runs.languages), runs.languages))
+    result = api.fit(
+        runs,
+        priors,
+        method=method,
+        laws=law_names,
         chains=chains,
         warmup=warmup,
         samples=samples,
         target_accept=target_accept,
         max_tree_depth=max_tree_depth,
         init=init,
-        progress_bar=progress,
         blocks=blocks,
-    )
-    law_names = [x.strip() for x in laws_spec.split(",") if x.strip()]
-    parse_laws(",".join(law_names))  # validates names early
-    family_choice = resolve_families(families_file, runs.languages)
-    families = family_choice.mapping
-    if "msl" in law_names:
-        _echo(describe_families(family_choice, runs.languages))
-    result = fit_runs_ensemble(
-        runs,
-        priors,
-        method=method,
-        config=config,
-        laws=law_names,
-        ensemble=EnsembleOptions(method=method, lfo=lfo),
         seed=seed,
-        families=families,
+        lfo=lfo,
+        families=families_file,
+        progress=progress,
         data_label=label,
         log=_echo,
     )

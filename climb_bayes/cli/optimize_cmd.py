@@ -163,7 +163,7 @@ def optimize(
     from climb_bayes.constraints import Constraints, read_availability
     from climb_bayes.decision import cvar
     from climb_bayes.mixtures import parse_language_map, parse_weights
-    from climb_bayes.optimize import (
+    from climb_bayes.optimization import (
         msl_baseline,
         optimize_budgets,
         thin_draws,

@@ -112,8 +112,8 @@ def predict(
     from climb_bayes.constraints import read_availability
     from climb_bayes.law import LawParams
     from climb_bayes.mixtures import resolve_mixture
-    from climb_bayes.optimize import thin_index
-    from climb_bayes.predict import ensemble_table
+    from climb_bayes.optimization import thin_index
+    from climb_bayes.prediction import ensemble_table
 
     if (budget is None) == (budgets_text is None):
         raise ClimbError("give exactly one of --budget (one target) or --budgets (a trajectory).")
@@ -199,7 +199,7 @@ def _predict_many(
 ) -> None:
     """``predict --mixtures FILE``: every (mixture, budget) pair in one call of the predictive."""
     from climb_bayes.mixtures import read_mixtures_file
-    from climb_bayes.predict import ensemble_table
+    from climb_bayes.prediction import ensemble_table
 
     names, shares = read_mixtures_file(mixtures_file, fit.languages)
     k, nb = len(names), len(budgets)

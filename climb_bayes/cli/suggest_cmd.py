@@ -108,8 +108,8 @@ def suggest(
     from climb_bayes.decision import bayes_decision, draw_losses
     from climb_bayes.law import LawParams
     from climb_bayes.mixtures import parse_weights
-    from climb_bayes.optimize import thin_index
-    from climb_bayes.predict import NoiseModel, noise_model
+    from climb_bayes.optimization import thin_index
+    from climb_bayes.prediction import NoiseModel, noise_model
     from climb_bayes.solvers import direct_batch
     from climb_bayes.suggest import default_candidates, rank_candidates, read_candidates
 

@@ -1,0 +1,397 @@
+"""The public Python API: read runs, fit, predict with intervals, optimise the mixture, check.
+
+Each function does what the ``climb-bayes`` command of the same name does, with the same
+defaults, and returns data instead of printing (``fit`` and ``evaluate`` log progress through
+``log`` when given). They call :func:`climb_bayes.setup_jax` first, so a script needs no set-up
+of its own. ``import climb_bayes as cb`` exposes everything here as ``cb.<name>``.
+
+Examples
+--------
+>>> import climb_bayes as cb
+>>> runs = cb.read_runs(cb.dataset_path("default"))        # the shipped real runs
+>>> runs.languages
+('en', 'de', 'ru', 'zh', 'ja')
+
+Then ``fit = cb.fit(runs)`` (NUTS and the stacked laws, as ``climb-bayes fit``; minutes),
+``cb.predict(fit, {"en": 0.4, ...}, 1e12)``, ``cb.optimize(fit, 1e12)``; each function's
+Examples section runs a quick point fit (``method="map"``). docs/api.md is generated from
+these docstrings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from climb_bayes.constraints import Constraints
+from climb_bayes.datasets import dataset_path
+from climb_bayes.design import algorithm1_design, holdout_design
+from climb_bayes.errors import ClimbError
+from climb_bayes.fitresult import Fit, load_fit
+from climb_bayes.priors import Priors, load_priors
+from climb_bayes.runs import RunsData, read_runs
+from climb_bayes.runtime import setup_jax
+
+__all__ = [
+    "read_runs",
+    "RunsData",
+    "Priors",
+    "load_priors",
+    "fit",
+    "Fit",
+    "load_fit",
+    "predict",
+    "optimize",
+    "evaluate",
+    "algorithm1_design",
+    "holdout_design",
+    "Constraints",
+    "ClimbError",
+    "dataset_path",
+    "setup_jax",
+]
+
+MixtureLike = Mapping[str, float] | Sequence[float] | np.ndarray | str
+
+
+def fit(
+    runs: RunsData,
+    priors: Priors | None = None,
+    *,
+    method: str = "nuts",
+    laws: Sequence[str] = ("climb", "msl", "dml", "isolated"),
+    chains: int = 4,
+    warmup: int = 1000,
+    samples: int = 2000,
+    target_accept: float = 0.9,
+    max_tree_depth: int = 10,
+    init: str = "prior-centre",
+    blocks: str = "auto",
+    seed: int = 0,
+    lfo: str = "laplace",
+    families: str | Path | None = "auto",
+    progress: bool = False,
+    data_label: str = "",
+    log: Callable[[str], None] | None = None,
+) -> Fit:
+    """Fit CLIMB and the other laws to a runs table and stack them (``climb-bayes fit``).
+
+    Parameters
+    ----------
+    runs : RunsData
+        From :func:`read_runs`.
+    priors : Priors, optional
+        CLIMB's priors (defaults when omitted; :func:`load_priors` reads a TOML file).
+    method : {"nuts", "map"}
+        Full posterior of every law, or point fits (one draw; intervals show noise only).
+    laws : sequence of str
+        Laws to fit and stack; must include ``"climb"``. ``("climb",)`` fits CLIMB alone.
+    chains, warmup, samples, target_accept, max_tree_depth : int, int, int, float, int
+        NUTS settings; ``samples`` is the total kept over all chains.
+    init : {"prior-centre", "median", "prior", "map"}
+        Initialisation of the chains.
+    blocks : {"auto", "joint", "language"}
+        NUTS on the joint posterior or one target language at a time (``auto``: from 8
+        languages up).
+    seed : int
+        Seed of the sampler and the random starts.
+    lfo : {"laplace", "nuts", "map", "none"}
+        Leave-future-out refits inside the data (>= 3 budgets) that calibrate each law's
+        extrapolation discrepancy and the stacking weights.
+    families : {"auto", "none"} or path
+        MSL's language families (:mod:`climb_bayes.laws.families`).
+    progress : bool
+        Progress bars of the sampler.
+    data_label : str
+        Provenance note stored with the fit (e.g. which shipped dataset).
+    log : callable, optional
+        Receives one line per step (e.g. ``print``).
+
+    Returns
+    -------
+    Fit
+        Posterior draws, diagnostics, the other laws and the stacked predictive;
+        :meth:`Fit.save` writes it as NetCDF.
+
+    Examples
+    --------
+    >>> import climb_bayes as cb
+    >>> runs = cb.read_runs(cb.dataset_path("default"))
+    >>> fit = cb.fit(runs, laws=("climb",), method="map", lfo="none")
+    >>> fit.languages
+    ('en', 'de', 'ru', 'zh', 'ja')
+    """
+    setup_jax()
+    from climb_bayes.ensemble import EnsembleOptions
+    from climb_bayes.laws.families import resolve_families
+    from climb_bayes.nuts import NutsConfig
+    from climb_bayes.pipeline import fit_runs_ensemble
+
+    config = NutsConfig(
+        chains=chains,
+        warmup=warmup,
+        samples=samples,
+        target_accept=target_accept,
+        max_tree_depth=max_tree_depth,
+        init=init,
+        progress_bar=progress,
+        blocks=blocks,
+    )
+    choice = resolve_families(families, runs.languages)
+    return fit_runs_ensemble(
+        runs,
+        priors or Priors(),
+        method=method,
+        config=config,
+        laws=list(laws),
+        ensemble=EnsembleOptions(method=method, lfo=lfo),
+        seed=seed,
+        families=choice.mapping,
+        data_label=data_label,
+        log=log,
+    )
+
+
+def _mixture_rows(mixtures: MixtureLike, languages: Sequence[str]) -> np.ndarray:
+    """``(B, m)`` shares from a ``{language: share}`` dict, an array or ``"uniform"``."""
+    m = len(languages)
+    if isinstance(mixtures, str):
+        if mixtures != "uniform":
+            raise ClimbError(f"unknown mixture {mixtures!r}: give shares, or 'uniform'.")
+        return np.full((1, m), 1.0 / m)
+    if isinstance(mixtures, Mapping):
+        unknown = sorted(set(mixtures) - set(languages))
+        if unknown:
+            raise ClimbError(
+                f"mixture names unknown language(s) {', '.join(unknown)}; the fit has "
+                f"{', '.join(languages)}."
+            )
+        rows = np.array([[float(mixtures.get(g, 0.0)) for g in languages]])
+    else:
+        rows = np.atleast_2d(np.asarray(mixtures, dtype=float))
+    if rows.shape[-1] != m:
+        raise ClimbError(f"a mixture needs {m} shares ({', '.join(languages)}), got {rows.shape}.")
+    if np.any(rows < 0) or np.any(np.abs(rows.sum(axis=1) - 1.0) > 1e-6):
+        raise ClimbError("mixture shares must be >= 0 and sum to 1 in every row.")
+    return rows
+
+
+def predict(
+    fit: Fit,
+    mixtures: MixtureLike,
+    budgets: float | Sequence[float],
+    *,
+    law: str | None = None,
+    levels: Sequence[float] = (0.5, 0.9),
+    seed: int = 0,
+    n_samples: int = 4000,
+) -> pd.DataFrame:
+    """Loss of every language at given mixtures and budgets, with intervals (``predict``).
+
+    Parameters
+    ----------
+    fit : Fit
+        From :func:`fit` or :func:`load_fit`.
+    mixtures : dict, array (m,) or (B, m), or "uniform"
+        Shares per language (a dict may omit languages with share 0).
+    budgets : float or sequence of float
+        Training tokens; one per mixture row, or one for all.
+    law : str, optional
+        Predict with one law of the fit (e.g. ``"climb"``) instead of the stacked predictive.
+    levels : sequence of float
+        Central interval levels.
+    seed, n_samples : int
+        Predictive draws.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (mixture, budget, language, quantity): ``quantity`` ``"expected"`` (the
+        laws' prediction: parameter and law uncertainty) or ``"predictive"`` (one new run: also
+        the extrapolation discrepancy and run-to-run noise); mean, median and ``lo``/``hi``
+        columns per level, in nats/token.
+
+    Examples
+    --------
+    >>> import climb_bayes as cb
+    >>> runs = cb.read_runs(cb.dataset_path("default"))
+    >>> fit = cb.fit(runs, laws=("climb",), method="map", lfo="none")
+    >>> t = cb.predict(fit, "uniform", [1e6, 1e9])
+    >>> t.query("quantity == 'predictive'").shape[0]
+    10
+    """
+    setup_jax()
+    from climb_bayes.prediction import ensemble_table
+
+    rows = _mixture_rows(mixtures, fit.languages)
+    ens = fit.ensemble()
+    if law is not None:
+        ens = ens.only(law.strip().lower())
+    return ensemble_table(ens, rows, budgets, levels=levels, seed=seed, n_samples=n_samples)
+
+
+def optimize(
+    fit: Fit,
+    budget: float,
+    *,
+    weights: Mapping[str, float] | Sequence[float] | None = None,
+    constraints: Constraints | None = None,
+    law: str | None = None,
+    risk: float | None = None,
+    rho: float = 100.0,
+    levels: Sequence[float] = (0.5, 0.9),
+    seed: int = 0,
+):
+    """The mixture to train at ``budget`` and its uncertainty (``climb-bayes optimize``).
+
+    Parameters
+    ----------
+    fit : Fit
+        From :func:`fit` or :func:`load_fit`.
+    budget : float
+        Target budget (tokens).
+    weights : dict or sequence, optional
+        Importance of each language's loss (equal by default; normalised).
+    constraints : Constraints, optional
+        Share bounds and availability caps (:meth:`Constraints.build`).
+    law : str, optional
+        Decide under one law (e.g. ``"climb"``) instead of the stacked predictive.
+    risk : float, optional
+        CVaR level in (0, 1): recommend the risk-averse decision.
+    rho : float
+        Penalty of the paper's two-step reference answer (Eq. 8).
+    levels : sequence of float
+        Central interval levels.
+    seed : int
+        Seed of the decision draws.
+
+    Returns
+    -------
+    OptimizeResult
+        ``bayes`` (the recommendation), per-draw optima ``direct`` and ``stacked``, the
+        two-step reference, comparisons with baselines (``comparisons``); see
+        :class:`climb_bayes.optimization.OptimizeResult`.
+
+    Examples
+    --------
+    >>> import climb_bayes as cb
+    >>> runs = cb.read_runs(cb.dataset_path("default"))
+    >>> fit = cb.fit(runs, laws=("climb",), method="map", lfo="none")
+    >>> res = cb.optimize(fit, 1e9)
+    >>> round(float(res.bayes.sum()), 6)
+    1.0
+    """
+    setup_jax()
+    from climb_bayes.optimization import optimize_mixture
+
+    langs = fit.languages
+    if weights is None:
+        w = np.full(len(langs), 1.0 / len(langs))
+    elif isinstance(weights, Mapping):
+        unknown = sorted(set(weights) - set(langs))
+        if unknown:
+            raise ClimbError(f"weights name unknown language(s) {', '.join(unknown)}.")
+        w = np.array([float(weights.get(g, 0.0)) for g in langs])
+    else:
+        w = np.asarray(weights, dtype=float)
+    if w.shape != (len(langs),) or np.any(w < 0) or w.sum() <= 0:
+        raise ClimbError(f"weights need {len(langs)} values >= 0, not all 0 ({', '.join(langs)}).")
+    ens = fit.ensemble()
+    if law is not None:
+        ens = ens.only(law.strip().lower())
+    params = fit.law_draws()
+    return optimize_mixture(
+        params,
+        langs,
+        float(budget),
+        weights=w / w.sum(),
+        constraints=constraints,
+        rho=rho,
+        risk=risk,
+        levels=levels,
+        ensemble=ens,
+        n_decision_draws=int(params.beta.shape[0]),
+        seed=seed,
+    )
+
+
+def evaluate(
+    runs: RunsData,
+    holdout: np.ndarray | str,
+    *,
+    laws: Sequence[str] = ("climb", "isolated", "msl", "dml"),
+    method: str = "map",
+    families: str | Path | None = "auto",
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """Fit each law on part of ``runs`` and score it on the held-out runs (``evaluate``).
+
+    Parameters
+    ----------
+    runs : RunsData
+        The runs table.
+    holdout : str or bool array (n_runs,)
+        Held-out runs: an expression as ``evaluate --holdout`` takes (``"tokens>=5e10"``,
+        ``"run_id~holdout"``) or a mask over ``runs.run_ids``.
+    laws : sequence of str
+        Laws to compare.
+    method : {"map", "laplace", "nuts"}
+        Inference of every law.
+    families : {"auto", "none"} or path
+        MSL's language families.
+    seed : int
+        Seed of starts and sampler.
+    log : callable, optional
+        Receives progress lines.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (law, subset) with the metrics of ``evaluate --json`` as columns
+        (``r2_pooled``, ``r2_group_mean``, ``mre``, ``coverage`` per level, ``crps``, ``lpd``;
+        docs/evaluate.md).
+
+    Examples
+    --------
+    >>> import climb_bayes as cb
+    >>> runs = cb.read_runs(cb.dataset_path("default"))
+    >>> scores = cb.evaluate(runs, "run_id~holdout", laws=("climb", "isolated"))
+    >>> list(scores["law"])
+    ['climb', 'isolated']
+    >>> bool(scores["mre"].iloc[0] < 0.1)
+    True
+    """
+    setup_jax()
+    from climb_bayes.evaluation import evaluate_laws, rows_to_json
+    from climb_bayes.holdout import holdout_mask
+    from climb_bayes.laws.base import FitOptions, Observations
+    from climb_bayes.laws.families import resolve_families
+    from climb_bayes.laws.registry import parse_laws
+
+    if isinstance(holdout, str):
+        mask = holdout_mask(runs, holdout)
+    else:
+        mask = np.asarray(holdout, dtype=bool)
+        if mask.shape != (runs.n_runs,):
+            raise ClimbError(f"holdout mask needs one entry per run ({runs.n_runs}).")
+    choice = resolve_families(families, runs.languages)
+    law_objs = parse_laws(",".join(laws), families=choice.mapping)
+    obs = Observations.from_runs(runs)
+    rows, _ = evaluate_laws(
+        obs.select_runs(~mask),
+        obs.select_runs(mask),
+        law_objs,
+        method=method,
+        options=FitOptions(seed=seed),
+        dataset=str(runs.source),
+        log=log,
+    )
+    flat = [
+        {k: v for k, v in row.items() if k not in ("metrics", "info")} | row["metrics"]
+        for row in rows_to_json(rows)
+    ]
+    return pd.DataFrame(flat)

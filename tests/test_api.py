@@ -1,0 +1,74 @@
+"""The public Python API (climb_bayes.api): import without side effects, runnable examples,
+clear errors."""
+
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import climb_bayes as cb
+from climb_bayes.errors import ClimbError
+
+
+def test_import_changes_no_jax_setting():
+    code = (
+        "import os, sys\n"
+        "before = os.environ.get('XLA_FLAGS')\n"
+        "import climb_bayes\n"
+        "assert 'jax' not in sys.modules, 'importing climb_bayes imported JAX'\n"
+        "assert os.environ.get('XLA_FLAGS') == before, 'XLA_FLAGS changed'\n"
+        "import jax\n"
+        "assert not jax.config.jax_enable_x64, 'x64 switched on by the import'\n"
+        "climb_bayes.fit  # the lazy API attribute loads without changing JAX either\n"
+        "assert not jax.config.jax_enable_x64\n"
+        "climb_bayes.setup_jax()\n"
+        "assert jax.config.jax_enable_x64 and jax.local_device_count() >= 4\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_public_names_resolve_and_are_documented():
+    for name in cb.__all__:
+        obj = getattr(cb, name)
+        if callable(obj) and name != "__version__":
+            assert obj.__doc__, name
+    with pytest.raises(AttributeError):
+        cb.not_a_name  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "climb_bayes.api",
+        "climb_bayes.runtime",
+        "climb_bayes.runs",
+        "climb_bayes.fitresult",
+        "climb_bayes.design",
+    ],
+)
+def test_docstring_examples_run(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    result = doctest.testmod(mod, optionflags=flags, verbose=False)
+    assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_bad_mixtures_and_weights_are_clear_errors(map_fit3):
+    fit3 = map_fit3
+    with pytest.raises(ClimbError, match="unknown language"):
+        cb.predict(fit3, {"xx": 1.0}, 1e10)
+    with pytest.raises(ClimbError, match="sum to 1"):
+        cb.predict(fit3, np.array([0.5, 0.2, 0.2]), 1e10)
+    with pytest.raises(ClimbError, match="weights need"):
+        cb.optimize(fit3, 1e10, weights=[1.0, 2.0])

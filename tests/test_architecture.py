@@ -1,0 +1,84 @@
+"""The layers of docs/architecture.md: a module imports only from its own layer or lower ones."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "climb_bayes"
+
+LAYERS: list[tuple[str, ...]] = [
+    (
+        "errors", "atomic", "runtime", "law", "metrics", "diagnostics", "observation",
+        "discrepancy",
+    ),
+    ("runs", "design", "holdout", "datasets", "constraints", "baselines", "mixtures"),
+    ("priors", "model", "simulate"),
+    (
+        "point_fit", "laplace", "nuts", "nuts_blocks", "convergence", "fitresult", "fitting",
+        "lfo", "predictive", "laws", "ensemble", "ensemble_store", "pipeline", "published",
+    ),
+    ("solvers", "decision", "ensemble_decision", "optimization", "prediction", "suggest"),
+    ("evaluation", "lfo_evaluate", "robustness", "sbc", "recovery"),
+    ("plots", "report", "sbc_plots", "api", "cli", "__main__", "__init__"),
+]  # fmt: skip
+
+ALLOWED_UPWARD = {
+    # robustness reuses the per-draw optimiser and target budget that live in plots
+    ("robustness", "plots"),
+}
+
+
+def _layer_of(name: str) -> int:
+    for k, members in enumerate(LAYERS):
+        if name in members:
+            return k
+    raise AssertionError(f"climb_bayes.{name} is in no layer of docs/architecture.md")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "climb_bayes":
+                if len(parts) > 1:
+                    out.add(parts[1])
+                else:
+                    out.update(a.name for a in node.names if a.name != "__version__")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "climb_bayes" and len(parts) > 1:
+                    out.add(parts[1])
+    return out
+
+
+def _top_module(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def test_every_module_is_in_a_layer():
+    for path in PKG.rglob("*.py"):
+        _layer_of(_top_module(path))
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = []
+    for path in PKG.rglob("*.py"):
+        me = _top_module(path)
+        for dep in _imports(path):
+            if dep == me or (me, dep) in ALLOWED_UPWARD:
+                continue
+            if _layer_of(dep) > _layer_of(me):
+                bad.append(f"{path.relative_to(PKG)} imports climb_bayes.{dep}")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_training_meets_fitting_only_at_the_runs_format():
+    root = PKG.parent / "training"
+    for path in root.rglob("*.py"):
+        deps = _imports(path)
+        assert not deps, (path.name, deps)
