@@ -1,11 +1,16 @@
 """Training throughput (tokens/s) and MFU of a model preset on the current device.
 
 Times full training steps (forward, loss, backward, gradient clip, AdamW) of the same code the
-runs use (:func:`training.loop.loss_sum`, :func:`training.presets.build_model`), on random token
-ids, after some warm-up steps, and prints one table row per preset::
+runs use (:class:`training.loss.CausalLMLoss`, :func:`training.presets.build_model`), on random
+token ids, after some warm-up steps, and prints one table row per preset::
 
     python benchmarks/train_throughput.py --preset tiny --preset micro          # CPU
-    python benchmarks/train_throughput.py --preset paper-1.2b --micro-batch 4 --compile  # H100
+    python benchmarks/train_throughput.py --preset paper-1.2b --micro-batch 4 --compile \
+        --grad-accum 8 --loss-chunk-tokens 4096 --activation-checkpointing 1       # H100
+
+A step is ``--grad-accum`` micro-batches (forward and backward each) and one optimizer step, as
+in a run; the step loss reaches the host once per step. Peak memory (CUDA allocator peak, or
+the process's peak RSS on CPU) is printed with each row.
 
 MFU = (6 N + 12 L H S) * tokens/s / peak dense bf16 FLOP/s of the device (N: parameters in
 matmuls, lm_head included; see :mod:`training.flops`). On a CPU the peak is unknown and MFU is
@@ -29,8 +34,14 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
     import torch
 
     from training.flops import device_peak, flops_per_token, mfu
-    from training.loop import loss_sum
-    from training.presets import build_model, count_parameters, get_preset
+    from training.loss import CausalLMLoss, loss_sum
+    from training.metrics import peak_memory_gb
+    from training.presets import (
+        build_model,
+        count_parameters,
+        enable_activation_checkpointing,
+        get_preset,
+    )
 
     preset = get_preset(preset_name)
     dev = args.device
@@ -45,9 +56,12 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
     bf16 = args.dtype == "bf16" or (args.dtype == "auto" and device.type == "cuda")
     torch.manual_seed(0)
     model = build_model(preset, vocab, eos_id=0, pad_id=1).to(device)
+    if args.activation_checkpointing:
+        enable_activation_checkpointing(model, args.activation_checkpointing)
     n = count_parameters(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    fwd = torch.compile(model) if args.compile else model
+    fwd = CausalLMLoss(model, args.loss_chunk_tokens)
+    fwd = torch.compile(fwd) if args.compile else fwd
     amp = (
         (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
         if bf16
@@ -56,12 +70,16 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
     ids = torch.randint(0, vocab, (mb, seq), device=device)
 
     def step() -> None:
-        with amp():
-            nll, count = loss_sum(fwd, ids, ids)
-        (nll / count).backward()
+        total = torch.zeros((), device=device)
+        for _ in range(args.grad_accum):
+            with amp():
+                nll, count = loss_sum(fwd, ids, ids)
+            (nll / (count * args.grad_accum)).backward()
+            total += nll.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        float(total)  # one host sync per optimizer step, as in a run
 
     for _ in range(args.warmup_steps):
         step()
@@ -73,7 +91,7 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    tps = args.steps * mb * seq / dt
+    tps = args.steps * args.grad_accum * mb * seq / dt
     fpt = flops_per_token(n["non_embedding"], preset.num_layers, preset.hidden_size, seq)
     name, peak = device_peak(str(device))
     util = mfu(tps, fpt, peak)
@@ -87,6 +105,10 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
         "compile": args.compile,
         "seq_len": seq,
         "micro_batch": mb,
+        "grad_accum": args.grad_accum,
+        "loss_chunk_tokens": args.loss_chunk_tokens,
+        "activation_checkpointing": args.activation_checkpointing,
+        "peak_memory_gb": peak_memory_gb(device),
         "tokens_per_s": tps,
         "model_tflops": tps * fpt / 1e12,
         "mfu": util,
@@ -107,6 +129,13 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    ap.add_argument(
+        "--loss-chunk-tokens", type=int, default=0, help="chunked loss (0: full logits)"
+    )
+    ap.add_argument(
+        "--activation-checkpointing", type=int, default=0, metavar="N", help="every N-th block"
+    )
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     args = ap.parse_args()
@@ -119,7 +148,8 @@ def main() -> int:
         for r in rows:
             print(json.dumps(r))
         return 0
-    head = ("preset", "params", "device", "prec", "seq", "batch", "tokens/s", "TFLOP/s", "MFU")
+    head = ("preset", "params", "device", "prec", "seq", "batch", "tokens/s", "TFLOP/s", "MFU",
+            "peak mem")  # fmt: skip
     table = [head]
     for r in rows:
         table.append(
@@ -129,10 +159,13 @@ def main() -> int:
                 f"{r['device']}" + (" +compile" if r["compile"] else ""),
                 r["precision"],
                 str(r["seq_len"]),
-                str(r["micro_batch"]),
+                f"{r['micro_batch']}x{r['grad_accum']}"
+                + (f" chunk {r['loss_chunk_tokens']}" if r["loss_chunk_tokens"] else "")
+                + (" ckpt" if r["activation_checkpointing"] else ""),
                 f"{r['tokens_per_s']:,.0f}",
                 f"{r['model_tflops']:.4f}",
                 "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
+                f"{r['peak_memory_gb']:.2f} GB",
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]

@@ -735,3 +735,82 @@ def test_tokenizer_short_vocabulary_and_mismatched_reuse_are_errors(corpus, tmp_
         check_reused_tokenizer(tok, ["en", "zh"], 300)
     with pytest.raises(TrainingError, match="vocabulary is 300, this sweep asks for 512"):
         check_reused_tokenizer(tok, ["en"], 512)
+
+
+def _tiny_lm(vocab: int = 97):
+    import torch
+
+    from training.presets import build_model, get_preset
+
+    torch.manual_seed(0)
+    return build_model(get_preset("micro"), vocab, eos_id=0, pad_id=1)
+
+
+def _grads(model) -> dict:
+    return {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def test_chunked_loss_equals_the_plain_loss_and_gradients():
+    import torch
+
+    from training.loss import CausalLMLoss, loss_sum
+
+    model = _tiny_lm()
+    ids = torch.randint(0, 97, (3, 17), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[0, 5:9] = -100  # positions without a label are skipped by both
+    nll, n = loss_sum(model, ids, labels)
+    nll.backward()
+    plain = _grads(model)
+    model.zero_grad(set_to_none=True)
+    nll_c, n_c = CausalLMLoss(model, chunk_tokens=7)(ids, labels)  # 48 positions, 7 chunks
+    nll_c.backward()
+    chunked = _grads(model)
+    assert int(n) == int(n_c) == 3 * 16 - 4
+    assert float(nll_c) == pytest.approx(float(nll), rel=1e-6)
+    assert plain.keys() == chunked.keys() and plain
+    for k in plain:
+        torch.testing.assert_close(chunked[k], plain[k], rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError):
+        CausalLMLoss(model, chunk_tokens=-1)
+
+
+def test_activation_checkpointing_changes_no_gradient():
+    import torch
+
+    from training.loss import loss_sum
+    from training.presets import enable_activation_checkpointing
+
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(2))
+    grads = []
+    for ckpt in (False, True):
+        model = _tiny_lm()
+        model.train()
+        if ckpt:
+            enable_activation_checkpointing(model, 1)
+        nll, _ = loss_sum(model, ids, ids)
+        nll.backward()
+        grads.append(_grads(model))
+    assert grads[0].keys() == grads[1].keys()
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-7)
+
+
+def test_run_with_chunked_loss_and_checkpointing_matches_plain_run(corpus, tokenizer_dir, tmp_path):
+    plan = _plan(tmp_path / "plan.csv", [("c", 2000, {"en": 0.5, "ja": 0.5})])
+    out = tmp_path / "out"
+    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
+    data = load_data(next((out / "data").iterdir()))
+    cfg = RunConfig("c", 2000, {"en": 0.5, "ja": 0.5}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    base = RunOptions(device="cpu", threads=1, log_every_s=1e9)
+    lean = RunOptions(
+        device="cpu",
+        threads=1,
+        log_every_s=1e9,
+        loss_chunk_tokens=50,
+        activation_checkpointing=2,  # every second block
+    )
+    a = train_run(cfg, data, tmp_path / "plain", base, log=lambda s: None)
+    b = train_run(cfg, data, tmp_path / "lean", lean, log=lambda s: None)
+    for lang in ("en", "ja"):
+        assert b["final_loss"][lang] == pytest.approx(a["final_loss"][lang], abs=1e-4)

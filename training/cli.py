@@ -165,6 +165,23 @@ def _slurm_value(v: str) -> Any:
 )
 @click.option("--log-every", type=float, default=30.0, help="Seconds between step lines.")
 @click.option(
+    "--loss-chunk-tokens",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Compute the loss N positions at a time, recomputing their logits in the backward "
+    "(no full fp32 logits; for large vocabularies). 0: the plain loss.",
+)
+@click.option(
+    "--activation-checkpointing",
+    type=int,
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Recompute every N-th decoder block's activations in the backward (1: every block; "
+    "less memory for up to one more forward pass of compute). 0: off.",
+)
+@click.option(
     "--tensorboard",
     "tensorboard",
     type=click.Path(file_okay=False),
@@ -253,6 +270,8 @@ def _train(**kw: Any) -> None:
         log_every_s=kw["log_every"],
         save_model=kw["save_model"],
         tensorboard_dir=kw["tensorboard"],
+        loss_chunk_tokens=kw["loss_chunk_tokens"],
+        activation_checkpointing=kw["activation_checkpointing"],
     )
     res = run_sweep(
         kw["plan"],

@@ -34,9 +34,15 @@ from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set
 from training.dataset import SweepData
 from training.errors import RunInterrupted, TrainingError
 from training.flops import device_peak, flops_per_token, mfu
+from training.loss import CausalLMLoss, loss_sum
 from training.metrics import MetricsLog, peak_memory_gb
 from training.mixture import Mixture, batch_arrays, build_mixture, token_budgets
-from training.presets import build_model, count_parameters, get_preset
+from training.presets import (
+    build_model,
+    count_parameters,
+    enable_activation_checkpointing,
+    get_preset,
+)
 from training.records import is_finished, read_record, write_finished_run
 
 __all__ = [
@@ -109,6 +115,8 @@ class RunOptions:
     keep_checkpoint: bool = False
     stop_after_steps: int | None = None
     tensorboard_dir: str | None = None
+    loss_chunk_tokens: int = 0
+    activation_checkpointing: int = 0
     on_step: Callable[[int], None] | None = field(default=None, repr=False)
 
 
@@ -165,21 +173,6 @@ def check_repeat(
                 )
             repeated.append(lang)
     return available, repeated
-
-
-def loss_sum(model: Any, ids: Any, labels: Any) -> tuple[Any, int]:
-    """Summed next-token NLL (float32) over positions with a label, and their number."""
-    import torch.nn.functional as F
-
-    logits = model(input_ids=ids).logits
-    target = labels[:, 1:]
-    nll = F.cross_entropy(
-        logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-        target.reshape(-1),
-        ignore_index=-100,
-        reduction="sum",
-    )
-    return nll, int((target != -100).sum())
 
 
 @dataclass
@@ -415,6 +408,8 @@ def train_run(
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
     model.to(env.device)
+    if opts.activation_checkpointing:  # recompute every n-th decoder block in the backward
+        enable_activation_checkpointing(model, opts.activation_checkpointing)
     use_bf16 = opts.dtype == "bf16" or (
         opts.dtype == "auto" and env.device.type == "cuda" and torch.cuda.is_bf16_supported()
     )
@@ -466,6 +461,13 @@ def train_run(
         set_rng_state(ckpt["rng"])
         log(f"run {cfg.run_id}: resuming from step {state['step']}/{n_steps}")
     raw_model = model
+    if opts.loss_chunk_tokens:
+        if fsdp:
+            raise TrainingError(
+                "--loss-chunk-tokens is not supported with --fsdp yet. Fix: drop one of the two "
+                "(DDP and single-device runs take the chunked loss)."
+            )
+        model = CausalLMLoss(model, opts.loss_chunk_tokens)  # what runs (and DDP wraps)
     if env.world > 1 and not fsdp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 

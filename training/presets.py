@@ -105,6 +105,27 @@ def build_model(preset: Preset, vocab_size: int, eos_id: int, pad_id: int) -> An
     return LlamaForCausalLM(config)
 
 
+def enable_activation_checkpointing(model: Any, every_n_layers: int = 1) -> None:
+    """Recompute every ``every_n_layers``-th decoder block in the backward (non-reentrant).
+
+    Uses Transformers' ``activation_checkpointing_enable`` (5.x; ``every_n_layers`` > 1 keeps
+    the other blocks' activations), else ``gradient_checkpointing_enable`` (every block).
+    """
+    if every_n_layers < 1:
+        raise TrainingError(f"activation checkpointing every {every_n_layers} layers: use >= 1.")
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=kwargs, every_n_layers=every_n_layers
+        )
+    elif every_n_layers == 1:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise TrainingError(
+            "checkpointing every n-th layer needs transformers >= 5. Fix: upgrade, or use 1."
+        )
+
+
 def count_parameters(model: Any) -> dict[str, int]:
     """``total`` parameters and ``non_embedding`` ones (all but the input embedding table).
 
