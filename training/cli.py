@@ -59,7 +59,14 @@ def _slurm_value(v: str) -> Any:
     return v
 
 
-@click.command("train", context_settings={"show_default": True, "max_content_width": 100})
+@click.command(
+    "train",
+    context_settings={
+        "show_default": True,
+        "max_content_width": 100,
+        "help_option_names": ["-h", "--help"],
+    },
+)
 @click.option(
     "--plan",
     "plan",
