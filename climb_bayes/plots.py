@@ -40,7 +40,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -49,10 +48,16 @@ from matplotlib.figure import Figure  # noqa: E402
 from climb_bayes.errors import ClimbError  # noqa: E402
 from climb_bayes.fitresult import Fit  # noqa: E402
 from climb_bayes.law import LawParams, effective_ratio, log_loss, transfer_strength  # noqa: E402
+from climb_bayes.rstar import (  # noqa: E402
+    MAX_DRAWS,
+    RSTAR_SOURCE,
+    default_target_budget,
+    rstar_draws,
+    subsample_law,
+)
 
 __all__ = [
     "KINDS",
-    "MAX_DRAWS",
     "plot_fit",
     "plot_ratio",
     "plot_transfer",
@@ -63,15 +68,11 @@ __all__ = [
     "plot_trace",
     "save_figure",
     "figure_png_base64",
-    "subsample_law",
     "predict_log_loss",
-    "rstar_draws",
     "baseline_mixtures",
-    "default_target_budget",
     "format_tokens",
 ]
 
-MAX_DRAWS = 200
 """Most posterior draws used for bands (evenly thinned; keeps plots fast on 2 cores)."""
 
 
@@ -82,14 +83,6 @@ def format_tokens(d: float) -> str:
         if d >= div:
             return f"{d / div:.3g}{suffix}"
     return f"{d:.3g}"
-
-
-def subsample_law(fit: Fit, max_draws: int = MAX_DRAWS) -> LawParams:
-    """Law draws (tokens units) thinned evenly to at most ``max_draws``."""
-    law = fit.law_draws()
-    n = law.beta.shape[0]
-    idx = np.unique(np.linspace(0, n - 1, min(n, max_draws)).round().astype(int))
-    return LawParams(*(np.asarray(x)[idx] for x in law))
 
 
 def predict_log_loss(law: LawParams, r: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -117,73 +110,6 @@ def predict_log_loss(law: LawParams, r: np.ndarray, d: np.ndarray) -> np.ndarray
         law.eta[:, None],
     )
     return np.asarray(out)
-
-
-def default_target_budget(fit: Fit) -> float:
-    """Ten times the largest fitted budget (the usual extrapolation target)."""
-    return 10.0 * float(np.max(fit.runs.run_budgets))
-
-
-_ADAM = (0.05, 0.9, 0.999, 1e-8)  # learning rate, beta1, beta2, eps
-
-
-def _mixture_objective(z: jax.Array, p: LawParams, d: jax.Array, w: jax.Array) -> jax.Array:
-    r = jax.nn.softmax(z)
-    return jnp.sum(w * jnp.exp(log_loss(r, d, *p)))
-
-
-@jax.jit
-def _solve_mixtures(params: LawParams, d: jax.Array, w: jax.Array) -> jax.Array:
-    lr, b1, b2, eps = _ADAM
-    m = w.shape[-1]
-
-    def solve(p: LawParams) -> jax.Array:
-        def step(carry, t):
-            z, mom, vel = carry
-            g = jax.grad(_mixture_objective)(z, p, d, w)
-            mom = b1 * mom + (1 - b1) * g
-            vel = b2 * vel + (1 - b2) * g * g
-            mhat = mom / (1 - b1 ** (t + 1.0))
-            vhat = vel / (1 - b2 ** (t + 1.0))
-            return (z - lr * mhat / (jnp.sqrt(vhat) + eps), mom, vel), None
-
-        z0 = jnp.zeros(m)
-        (z, _, _), _ = jax.lax.scan(step, (z0, z0, z0), jnp.arange(300, dtype=float))
-        return jax.nn.softmax(z)
-
-    return jax.vmap(solve)(params)
-
-
-def _optimise_mixture(law: LawParams, d: float, weights: np.ndarray) -> np.ndarray:
-    """Per-draw minimiser of the weighted mean loss over the simplex (softmax, 300 Adam steps);
-    compiled once per (number of draws, languages)."""
-    w = jnp.asarray(np.asarray(weights, dtype=float) / np.sum(weights))
-    params = LawParams(*(jnp.asarray(x, dtype=float) for x in law))
-    return np.asarray(_solve_mixtures(params, jnp.asarray(float(d)), w))
-
-
-def rstar_draws(
-    fit: Fit, budget: float, weights: Sequence[float] | None = None, max_draws: int = MAX_DRAWS
-) -> tuple[np.ndarray, str]:
-    """Posterior draws of the optimal mixture ``r*`` at ``budget``: ``(S, m)`` and its source.
-
-    Uses :mod:`climb_bayes.optimization` when it is available; otherwise minimises the (weighted)
-    mean predicted loss per draw here (softmax parameterisation, 300 Adam steps).
-    """
-    m = len(fit.languages)
-    w = np.ones(m) if weights is None else np.asarray(weights, dtype=float)
-    try:  # pragma: no cover - depends on a module another engineer is writing
-        from climb_bayes import optimization as _opt
-
-        fn = getattr(_opt, "optimal_mixture_draws", None)
-        if fn is not None:
-            out = np.asarray(fn(fit, budget, weights=w, max_draws=max_draws))
-            if out.ndim == 2 and out.shape[1] == m:
-                return out, "climb_bayes.optimization"
-    except Exception:  # noqa: BLE001 - fall back to the local optimiser
-        pass
-    law = subsample_law(fit, max_draws)
-    return _optimise_mixture(law, budget, w), "per-draw minimiser of the mean loss (plots.py)"
 
 
 def baseline_mixtures(fit: Fit, budget: float) -> dict[str, np.ndarray]:
@@ -413,7 +339,7 @@ def plot_rstar(
     """Posterior of the optimal mixture ``r*`` at ``budget`` (default 10x the largest fitted
     budget), one box per language, with baseline mixtures overlaid."""
     budget = default_target_budget(fit) if budget is None else float(budget)
-    draws, source = rstar_draws(fit, budget, weights)
+    draws, source = rstar_draws(fit, budget, weights), RSTAR_SOURCE
     langs = fit.languages
     m = len(langs)
     fig, ax = plt.subplots(figsize=(1.2 * m + 3.5, 3.8))
@@ -456,7 +382,7 @@ def plot_rstar_budget(
     if budgets is None:
         budgets = np.geomspace(np.min(runs.run_budgets), 100 * np.max(runs.run_budgets), 6)
     langs = fit.languages
-    res = np.stack([rstar_draws(fit, float(d), weights, max_draws=100)[0] for d in budgets], 1)
+    res = np.stack([rstar_draws(fit, float(d), weights, max_draws=100) for d in budgets], 1)
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
     for i, lang in enumerate(langs):
         lo, hi = _band(res[:, :, i], level)

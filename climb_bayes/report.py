@@ -77,7 +77,8 @@ def prediction_table(
     fit: Fit, budgets: Sequence[float], mixture: Sequence[float] | None = None, level: float = 0.9
 ) -> pd.DataFrame:
     """Predicted loss (median and ``level`` interval, law + noise) per language and budget."""
-    from climb_bayes.plots import format_tokens, predict_log_loss, subsample_law, subsample_sigma
+    from climb_bayes.plots import format_tokens, predict_log_loss, subsample_sigma
+    from climb_bayes.rstar import subsample_law
 
     law = subsample_law(fit)
     m = len(fit.languages)
@@ -107,9 +108,10 @@ def prediction_table(
 def rstar_table(fit: Fit, budget: float, level: float = 0.9) -> tuple[pd.DataFrame, str]:
     """``r*`` (median and interval per language) and baseline mixtures with their predicted
     mean loss at ``budget``; also returns where ``r*`` came from."""
-    from climb_bayes.plots import baseline_mixtures, predict_log_loss, rstar_draws, subsample_law
+    from climb_bayes.plots import baseline_mixtures, predict_log_loss
+    from climb_bayes.rstar import RSTAR_SOURCE, rstar_draws, subsample_law
 
-    draws, source = rstar_draws(fit, budget)
+    draws, source = rstar_draws(fit, budget), RSTAR_SOURCE
     law = subsample_law(fit)
     q = (1 - level) / 2
     rows = {}

@@ -120,10 +120,9 @@ ALTERNATIVE_PRIORS: dict[str, Callable[[Priors], Priors]] = {
 
 # -- summaries of a law --------------------------------------------------------------------------
 def _rstar(law: LawParams, budget: float) -> np.ndarray:
-    from climb_bayes.plots import _optimise_mixture
+    from climb_bayes.rstar import law_rstar
 
-    m = law.beta.shape[-1]
-    return _optimise_mixture(law, budget, np.ones(m))
+    return law_rstar(law, budget)
 
 
 def _extrap_loss(law: LawParams, budget: float) -> np.ndarray:
@@ -401,7 +400,7 @@ def mode_refit(
 ) -> dict[str, Any]:
     """One posterior-mode refit; returns ``rstar`` and ``loss`` (uniform mixture) at
     ``budget`` (default 10x the largest fitted budget)."""
-    from climb_bayes.plots import default_target_budget
+    from climb_bayes.rstar import default_target_budget
 
     budget = default_target_budget(fit) if budget is None else budget
     w = np.ones(fit.runs.n_obs) if weights is None else weights
@@ -516,11 +515,11 @@ def _verdict(
 def _reference(fit: Fit, budget: float) -> dict[str, Any]:
     """Median and 90% interval of the per-draw r* and extrapolated loss of a NUTS fit (empty
     for fits with fewer than 20 draws): the original fit's reference, and NUTS refits."""
-    from climb_bayes.plots import rstar_draws, subsample_law
+    from climb_bayes.rstar import rstar_draws, subsample_law
 
     if fit.n_draws < 20:
         return {}
-    rs, _ = rstar_draws(fit, budget, max_draws=100)
+    rs = rstar_draws(fit, budget, max_draws=100)
     loss = _extrap_loss(subsample_law(fit, 100), budget)
     return {
         "rstar_median": np.median(rs, 0).tolist(),
@@ -591,7 +590,7 @@ def run_robustness(
         ``verdict`` (``robust``, ``flagged``, one-screen ``text``), ``reference`` (the fit's own
         90% intervals of r* and extrapolated loss), ``base_refit`` and settings.
     """
-    from climb_bayes.plots import default_target_budget
+    from climb_bayes.rstar import default_target_budget
 
     unknown = sorted(set(studies) - set(STUDIES))
     if unknown:

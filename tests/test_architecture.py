@@ -18,15 +18,15 @@ LAYERS: list[tuple[str, ...]] = [
         "point_fit", "laplace", "nuts", "nuts_blocks", "convergence", "fitresult", "fitting",
         "lfo", "predictive", "laws", "ensemble", "ensemble_store", "pipeline", "published",
     ),
-    ("solvers", "decision", "ensemble_decision", "optimization", "prediction", "suggest"),
+    (
+        "solvers", "decision", "ensemble_decision", "optimization", "prediction", "suggest",
+        "rstar",
+    ),
     ("evaluation", "lfo_evaluate", "robustness", "sbc", "recovery"),
     ("plots", "report", "sbc_plots", "api", "cli", "__main__", "__init__"),
 ]  # fmt: skip
 
-ALLOWED_UPWARD = {
-    # robustness reuses the per-draw optimiser and target budget that live in plots
-    ("robustness", "plots"),
-}
+ALLOWED_UPWARD: set[tuple[str, str]] = set()  # none left
 
 
 def _layer_of(name: str) -> int:

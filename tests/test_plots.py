@@ -57,7 +57,9 @@ def test_point_fit_plots(map_fit3, tmp_path):
 
 
 def test_rstar_draws_on_simplex(nuts_fit3):
-    draws, _source = plots.rstar_draws(nuts_fit3, 2.5e11, max_draws=20)
+    from climb_bayes.rstar import rstar_draws
+
+    draws = rstar_draws(nuts_fit3, 2.5e11, max_draws=20)
     assert draws.shape[1] == 3
     assert abs(draws.sum(axis=1) - 1).max() < 1e-9
     assert (draws > 0).all()

@@ -1,0 +1,57 @@
+"""Posterior draws of the optimal mixture ``r*`` for pictures, reports and robustness studies.
+
+Thin helpers over the exact batched solver (:func:`climb_bayes.solvers.direct_batch`): thin a
+fit's draws, pick the usual extrapolation target, and minimise the weighted loss per draw. The
+decision itself (Bayes/CVaR mixture, baselines, P(better)) is :mod:`climb_bayes.optimization`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from climb_bayes.law import LawParams
+from climb_bayes.solvers import direct_batch
+
+__all__ = [
+    "MAX_DRAWS",
+    "RSTAR_SOURCE",
+    "subsample_law",
+    "default_target_budget",
+    "law_rstar",
+    "rstar_draws",
+]
+
+MAX_DRAWS = 200
+"""Draws used by pictures and studies (evenly thinned)."""
+
+RSTAR_SOURCE = "direct minimiser of the weighted loss per draw (climb_bayes.solvers)"
+"""How :func:`rstar_draws` computes ``r*`` (shown under figures and in the report)."""
+
+
+def subsample_law(fit: object, max_draws: int = MAX_DRAWS) -> LawParams:
+    """Law draws (tokens units) of ``fit`` thinned evenly to at most ``max_draws``."""
+    law = fit.law_draws()
+    n = law.beta.shape[0]
+    idx = np.unique(np.linspace(0, n - 1, min(n, max_draws)).round().astype(int))
+    return LawParams(*(np.asarray(x)[idx] for x in law))
+
+
+def default_target_budget(fit: object) -> float:
+    """Ten times the largest fitted budget (the usual extrapolation target), tokens."""
+    return 10.0 * float(np.max(fit.runs.run_budgets))
+
+
+def law_rstar(law: LawParams, budget: float, weights: Sequence[float] | None = None) -> np.ndarray:
+    """Per-draw minimiser ``(S, m)`` of the weighted loss over the simplex at ``budget``."""
+    m = law.beta.shape[-1]
+    w = np.ones(m) if weights is None else np.asarray(weights, dtype=float)
+    return direct_batch(law, float(budget), w / w.sum(), np.zeros(m), np.ones(m)).x
+
+
+def rstar_draws(
+    fit: object, budget: float, weights: Sequence[float] | None = None, max_draws: int = MAX_DRAWS
+) -> np.ndarray:
+    """Posterior draws of ``r*`` at ``budget``: ``(S, m)``, ``S <= max_draws``."""
+    return law_rstar(subsample_law(fit, max_draws), budget, weights)
