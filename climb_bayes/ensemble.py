@@ -31,6 +31,7 @@ References
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -203,11 +204,13 @@ def stacking_weights(lpd: dict[str, np.ndarray]) -> dict[str, float]:
 
     if len(lpd) == 1:
         return {next(iter(lpd)): 1.0}
+    # arviz-stats < 1 requires ``kind``; 1.x has no such argument (measured: 0.8.0 and 1.3.3)
+    extra = {"kind": "loo"} if "kind" in inspect.signature(ELPDData.__init__).parameters else {}
     elpd = {}
     for name, x in lpd.items():
         x = np.asarray(x, dtype=float)
         elpd[name] = ELPDData(
-            kind="loo",
+            **extra,
             elpd=float(x.sum()),
             se=float(x.std() * np.sqrt(x.size)),
             p=0.0,

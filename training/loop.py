@@ -34,7 +34,6 @@ from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set
 from training.dataset import SweepData
 from training.errors import RunInterrupted, TrainingError
 from training.flops import device_peak, flops_per_token, mfu
-from training.loss import CausalLMLoss, loss_sum
 from training.metrics import MetricsLog, peak_memory_gb
 from training.mixture import Mixture, batch_arrays, build_mixture, token_budgets
 from training.presets import (
@@ -52,7 +51,6 @@ __all__ = [
     "lr_at",
     "eval_steps_for",
     "check_repeat",
-    "loss_sum",
     "train_run",
 ]
 
@@ -277,6 +275,8 @@ def _evaluate(
     import torch
     import torch.distributed as dist
 
+    from training.loss import loss_sum
+
     out: dict[str, float] = {}
     model.eval()
     with torch.no_grad():
@@ -344,6 +344,8 @@ def train_run(
         The run's JSON record (``final_loss``, ``realised_tokens``, ``throughput``, ...).
     """
     import torch
+
+    from training.loss import CausalLMLoss, loss_sum  # torch at import: only when training
 
     opts = opts or RunOptions()
     run_dir = Path(run_dir)
