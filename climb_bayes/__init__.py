@@ -22,31 +22,32 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = {
-    "setup_jax": "climb_bayes.runtime",
-    "read_runs": "climb_bayes.api",
-    "RunsData": "climb_bayes.api",
-    "Priors": "climb_bayes.api",
-    "load_priors": "climb_bayes.api",
-    "fit": "climb_bayes.api",
-    "Fit": "climb_bayes.api",
-    "load_fit": "climb_bayes.api",
-    "predict": "climb_bayes.api",
-    "optimize": "climb_bayes.api",
-    "evaluate": "climb_bayes.api",
-    "algorithm1_design": "climb_bayes.api",
-    "holdout_design": "climb_bayes.api",
-    "Constraints": "climb_bayes.api",
-    "ClimbError": "climb_bayes.api",
-    "dataset_path": "climb_bayes.api",
-}
+_API = (
+    "setup_jax",
+    "read_runs",
+    "RunsData",
+    "Priors",
+    "load_priors",
+    "fit",
+    "Fit",
+    "load_fit",
+    "predict",
+    "optimize",
+    "evaluate",
+    "algorithm1_design",
+    "holdout_design",
+    "Constraints",
+    "ClimbError",
+    "dataset_path",
+)
+"""Names of :mod:`climb_bayes.api`, served here on first use."""
 
 __all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: the API is imported on first use
     if name in _API:
-        value = getattr(importlib.import_module(_API[name]), name)
+        value = getattr(importlib.import_module("climb_bayes.api"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'climb_bayes' has no attribute {name!r}")

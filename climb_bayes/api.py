@@ -126,7 +126,7 @@ def fit(
     """
     setup_jax()
     from climb_bayes.ensemble import EnsembleOptions
-    from climb_bayes.laws.families import resolve_families
+    from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.nuts import NutsConfig
     from climb_bayes.pipeline import fit_runs_ensemble
 
@@ -141,6 +141,8 @@ def fit(
         blocks=blocks,
     )
     choice = resolve_families(families, runs.languages)
+    if log is not None and "msl" in laws:
+        log(describe_families(choice, runs.languages))
     return fit_runs_ensemble(
         runs,
         priors or Priors(),
@@ -155,6 +157,17 @@ def fit(
     )
 
 
+def _by_language(values: Mapping[str, float], languages: Sequence[str], what: str) -> np.ndarray:
+    """``values`` (language -> number; missing languages 0) in the order of ``languages``."""
+    unknown = sorted(set(values) - set(languages))
+    if unknown:
+        raise ClimbError(
+            f"{what} name unknown language(s) {', '.join(unknown)}; the fit has "
+            f"{', '.join(languages)}."
+        )
+    return np.array([float(values.get(g, 0.0)) for g in languages])
+
+
 def _mixture_rows(mixtures: MixtureLike, languages: Sequence[str]) -> np.ndarray:
     """``(B, m)`` shares from a ``{language: share}`` dict, an array or ``"uniform"``."""
     m = len(languages)
@@ -163,13 +176,7 @@ def _mixture_rows(mixtures: MixtureLike, languages: Sequence[str]) -> np.ndarray
             raise ClimbError(f"unknown mixture {mixtures!r}: give shares, or 'uniform'.")
         return np.full((1, m), 1.0 / m)
     if isinstance(mixtures, Mapping):
-        unknown = sorted(set(mixtures) - set(languages))
-        if unknown:
-            raise ClimbError(
-                f"mixture names unknown language(s) {', '.join(unknown)}; the fit has "
-                f"{', '.join(languages)}."
-            )
-        rows = np.array([[float(mixtures.get(g, 0.0)) for g in languages]])
+        rows = _by_language(mixtures, languages, "mixture")[None]
     else:
         rows = np.atleast_2d(np.asarray(mixtures, dtype=float))
     if rows.shape[-1] != m:
@@ -291,10 +298,7 @@ def optimize(
     if weights is None:
         w = np.full(len(langs), 1.0 / len(langs))
     elif isinstance(weights, Mapping):
-        unknown = sorted(set(weights) - set(langs))
-        if unknown:
-            raise ClimbError(f"weights name unknown language(s) {', '.join(unknown)}.")
-        w = np.array([float(weights.get(g, 0.0)) for g in langs])
+        w = _by_language(weights, langs, "weights")
     else:
         w = np.asarray(weights, dtype=float)
     if w.shape != (len(langs),) or np.any(w < 0) or w.sum() <= 0:

@@ -75,7 +75,6 @@ __all__ = [
     "optimize_budgets",
     "trajectory_frame",
     "msl_baseline",
-    "optimal_mixture_draws",
 ]
 
 DEFAULT_RHO = 100.0
@@ -637,21 +636,3 @@ def trajectory_frame(results: Sequence[OptimizeResult]) -> pd.DataFrame:
         df.insert(0, "budget", res.budget)
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
-
-
-def optimal_mixture_draws(
-    fit: object,
-    budget: float,
-    weights: Sequence[float] | None = None,
-    max_draws: int | None = None,
-) -> np.ndarray:
-    """Per-draw direct optimum ``r*`` of a fit at ``budget``: ``(S, m)`` (no constraints).
-
-    A convenience for plots and reports (``fit`` is a :class:`~climb_bayes.fitresult.Fit`).
-    """
-    params = thin_draws(fit.law_draws(), max_draws)
-    m = params.beta.shape[-1]
-    w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=float)
-    w = w / w.sum()
-    lo, hi = np.zeros(m), np.ones(m)
-    return direct_batch(params, check_budget(budget), w, lo, hi).x

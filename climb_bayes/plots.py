@@ -48,6 +48,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from climb_bayes.errors import ClimbError  # noqa: E402
 from climb_bayes.fitresult import Fit  # noqa: E402
 from climb_bayes.law import LawParams, effective_ratio, log_loss, transfer_strength  # noqa: E402
+from climb_bayes.optimization import thin_index  # noqa: E402
 from climb_bayes.rstar import (  # noqa: E402
     MAX_DRAWS,
     RSTAR_SOURCE,
@@ -327,10 +328,7 @@ def plot_fan(fit: Fit, mixture: Sequence[float] | None = None, noise: bool = Tru
 def subsample_sigma(fit: Fit, n: int) -> np.ndarray:
     """Noise-sd draws thinned the same way as :func:`subsample_law`."""
     sig = fit.sigma_draws()
-    idx = np.unique(
-        np.linspace(0, sig.shape[0] - 1, min(sig.shape[0], MAX_DRAWS)).round().astype(int)
-    )
-    return sig[idx][:n]
+    return sig[thin_index(sig.shape[0], MAX_DRAWS)][:n]
 
 
 def plot_rstar(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from climb_bayes.law import LawParams
+from climb_bayes.optimization import check_budget, thin_draws
 from climb_bayes.solvers import direct_batch
 
 __all__ = [
@@ -32,10 +33,7 @@ RSTAR_SOURCE = "direct minimiser of the weighted loss per draw (climb_bayes.solv
 
 def subsample_law(fit: object, max_draws: int = MAX_DRAWS) -> LawParams:
     """Law draws (tokens units) of ``fit`` thinned evenly to at most ``max_draws``."""
-    law = fit.law_draws()
-    n = law.beta.shape[0]
-    idx = np.unique(np.linspace(0, n - 1, min(n, max_draws)).round().astype(int))
-    return LawParams(*(np.asarray(x)[idx] for x in law))
+    return thin_draws(fit.law_draws(), max_draws)
 
 
 def default_target_budget(fit: object) -> float:
@@ -47,7 +45,7 @@ def law_rstar(law: LawParams, budget: float, weights: Sequence[float] | None = N
     """Per-draw minimiser ``(S, m)`` of the weighted loss over the simplex at ``budget``."""
     m = law.beta.shape[-1]
     w = np.ones(m) if weights is None else np.asarray(weights, dtype=float)
-    return direct_batch(law, float(budget), w / w.sum(), np.zeros(m), np.ones(m)).x
+    return direct_batch(law, check_budget(budget), w / w.sum(), np.zeros(m), np.ones(m)).x
 
 
 def rstar_draws(

@@ -169,9 +169,9 @@ def test_optimize_result_on_nuts_fit(nuts_fit3):
     json.dumps(res.to_dict())  # JSON-able
     # hooks used by plots/report
     from climb_bayes.baselines import baseline_mixtures
-    from climb_bayes.optimization import optimal_mixture_draws
+    from climb_bayes.rstar import rstar_draws
 
-    draws = optimal_mixture_draws(nuts_fit3, D, max_draws=N)
+    draws = rstar_draws(nuts_fit3, D, max_draws=N)
     _valid(draws, np.zeros(3), np.ones(3))
     assert {"uniform", "isolated"} <= set(baseline_mixtures(nuts_fit3, D))
 

@@ -31,6 +31,7 @@ from training.tokenizer import (
     check_reused_tokenizer,
     encode_documents,
     load_tokenizer,
+    tokenizer_meta,
     train_tokenizer,
 )
 
@@ -153,6 +154,7 @@ def prepare_data(
     else:
         tok_dir = Path(tokenizer)
     tok = load_tokenizer(tok_dir)
+    sample_docs = tokenizer_meta(tok_dir).get("sample_docs", {})  # read once, not per language
     eos_id = int(tok.eos_token_id)
     pad_id = int(tok.pad_token_id)
     tok_file = tok_dir / "tokenizer.json" if tok_dir.is_dir() else tok_dir
@@ -218,11 +220,8 @@ def prepare_data(
                 f"language {lang!r}: no training text left after holding out "
                 f"{n_val_docs} validation documents. Fix: lower --val-tokens or add documents."
             )
-        sample_path = tok_dir / "climb_tokenizer.json"
-        overlap = False
-        if sample_path.is_file():
-            n_sample = json.loads(sample_path.read_text()).get("sample_docs", {}).get(lang, 0)
-            overlap = n_val_docs + n_sample > len(order)
+        n_sample = sample_docs.get(lang, 0)
+        overlap = bool(n_sample) and n_val_docs + n_sample > len(order)
         dtype = np.uint16 if len(tok) <= np.iinfo(np.uint16).max else np.int32
         _atomic_save_npy(data_dir / f"{lang}.val.npy", val_blocks.astype(np.int32))
         _atomic_save_npy(data_dir / f"{lang}.train.npy", train.astype(dtype))

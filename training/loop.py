@@ -602,14 +602,15 @@ def train_run(
                 state["train_time"] += dt
                 state["timed_tokens"] += int(step_tokens[step])
             state["step"] = step + 1
+            step_tps = int(step_tokens[step]) / dt if dt > 0 else float("nan")
             metrics.train_step(
                 step + 1,
                 tokens=int(cum[step]),
                 loss=train_loss,
                 grad_norm=gnorm_f,
                 lr=lr,
-                tokens_per_s=int(step_tokens[step]) / dt if dt > 0 else float("nan"),
-                mfu=mfu(int(step_tokens[step]) / dt, fpt, peak, env.world) if dt > 0 else None,
+                tokens_per_s=step_tps,
+                mfu=mfu(step_tps, fpt, peak, env.world) if dt > 0 else None,
                 memory_gb=peak_memory_gb(env.device),
                 elapsed_s=time.time() - t_start,
             )

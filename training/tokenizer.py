@@ -23,6 +23,7 @@ __all__ = [
     "balanced_sample",
     "train_tokenizer",
     "check_reused_tokenizer",
+    "tokenizer_meta",
     "load_tokenizer",
     "encode_documents",
 ]
@@ -124,6 +125,13 @@ def train_tokenizer(
     return fast
 
 
+def tokenizer_meta(tok_dir: str | Path) -> dict[str, Any]:
+    """The ``climb_tokenizer.json`` :func:`train_tokenizer` writes (languages, vocabulary,
+    sample sizes); ``{}`` for a tokenizer trained elsewhere (or a ``tokenizer.json`` path)."""
+    path = Path(tok_dir) / "climb_tokenizer.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def check_reused_tokenizer(tok_dir: str | Path, languages: Sequence[str], vocab_size: int) -> None:
     """Refuse to reuse ``OUT/tokenizer`` trained for other languages or another vocabulary.
 
@@ -135,10 +143,9 @@ def check_reused_tokenizer(tok_dir: str | Path, languages: Sequence[str], vocab_
     TrainingError
         The plan has a language the tokenizer was not trained on, or ``vocab_size`` differs.
     """
-    meta_path = Path(tok_dir) / "climb_tokenizer.json"
-    if not meta_path.is_file():
+    meta = tokenizer_meta(tok_dir)
+    if not meta:
         return
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
     trained = set(meta.get("languages", []))
     missing = sorted(set(languages) - trained)
     problem = None

@@ -154,7 +154,6 @@ def fit(
     from climb_bayes.convergence import fit_gate
     from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
     from climb_bayes.errors import ConvergenceError
-    from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.laws.registry import parse_laws
     from climb_bayes.priors import load_priors
 
@@ -177,8 +176,6 @@ def fit(
     )
     law_names = [x.strip() for x in laws_spec.split(",") if x.strip()]
     parse_laws(",".join(law_names))  # validates names early
-    if "msl" in law_names:
-        _echo(describe_families(resolve_families(families_file, runs.languages), runs.languages))
     result = api.fit(
         runs,
         priors,
