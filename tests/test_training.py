@@ -409,7 +409,9 @@ def test_kill_and_resume_reproduces_uninterrupted_run(corpus, tokenizer_dir, tmp
     stopped = RunOptions(device="cpu", threads=1, log_every_s=1e9, stop_after_steps=7)
     with pytest.raises(RunInterrupted):
         train_run(cfg, data, tmp_path / "killed", stopped, log=lambda s: None)
-    assert (tmp_path / "killed" / "checkpoint.pt").is_file()
+    ck = tmp_path / "killed" / "checkpoint"
+    assert (ck / "train_state.json").is_file() and list(ck.glob("*.safetensors"))
+    assert not list((tmp_path / "killed").glob(".checkpoint*"))  # no temporary folder left
     assert not is_finished(tmp_path / "killed") and not (tmp_path / "killed" / "rows.csv").exists()
     resumed = train_run(cfg, data, tmp_path / "killed", opts, log=lambda s: None)
     assert resumed["resumes"] == 1 and full["resumes"] == 0
@@ -419,7 +421,7 @@ def test_kill_and_resume_reproduces_uninterrupted_run(corpus, tokenizer_dir, tmp
     rows_full = (tmp_path / "full" / "rows.csv").read_text()
     rows_res = (tmp_path / "killed" / "rows.csv").read_text()
     assert rows_full == rows_res  # every evaluation point, to 8 significant digits
-    assert not (tmp_path / "killed" / "checkpoint.pt").exists()  # removed when finished
+    assert not (tmp_path / "killed" / "checkpoint").exists()  # removed when finished
 
     # per-step metrics: one line per step and evaluation, the resumed run's equal the full run's
     def metrics(folder: str) -> list[dict]:
@@ -476,6 +478,146 @@ def test_slurm_without_slurm_runs_locally_and_submitit_path(corpus, tokenizer_di
     # the submitit code path itself, with submitit's in-process "debug" cluster
     res = _sweep(plan, corpus, tmp_path / "o1", tokenizer_dir, slurm=True, slurm_cluster="debug")
     assert (res.finished, res.trained, res.skipped) == (2, 1, 1)
+
+
+STRAGGLER = (
+    "import sys; from training.worker import main; main([sys.argv[1]]); "
+    "print('rank 1: gloo connection reset while shutting down', file=sys.stderr); sys.exit(1)"
+)
+
+
+def test_finished_record_wins_over_a_failed_straggler(corpus, tokenizer_dir, tmp_path, monkeypatch):
+    """A launcher (torchrun, a --jobs worker, a Slurm task) that fails after the run wrote its
+    record -- a rank dying while shutting down -- leaves a finished run and a warning, not a
+    failed sweep. The fake launcher trains the run for real, then exits 1."""
+    import training.sweep as sweep_mod
+    import training.worker as worker_mod
+
+    plan = _plan(tmp_path / "plan.csv", [("a", 1500, {"en": 1.0}), ("b", 1500, {"de": 1.0})])
+    kw = dict(batch_size=8, eval_points=(1.0,))
+    monkeypatch.setattr(
+        sweep_mod, "_launch_cmd", lambda *a: [sys.executable, "-c", STRAGGLER, str(a[2])]
+    )
+    monkeypatch.setattr(
+        sweep_mod, "_worker_cmd", lambda spec: [sys.executable, "-c", STRAGGLER, str(spec)]
+    )
+    for name, extra in [("torchrun", dict(launcher="torchrun", nproc=2, max_runs=1)),
+                        ("jobs", dict(jobs=2))]:  # fmt: skip
+        msgs: list[str] = []
+        res = _sweep(plan, corpus, tmp_path / name, tokenizer_dir, log=msgs.append, **extra, **kw)
+        n = extra.get("max_runs", 2)
+        assert (res.finished, res.trained) == (n, n), msgs
+        warned = [m for m in msgs if "exited with code 1 after the run's record was written" in m]
+        assert len(warned) == n, msgs
+    # a Slurm task that raises after the run finished (submitit's in-process debug cluster)
+    real = worker_mod.run_spec
+
+    def straggle(spec):
+        real(spec)
+        raise RuntimeError("rank 1: gloo connection reset while shutting down")
+
+    monkeypatch.setattr(worker_mod, "run_spec", straggle)
+    msgs = []
+    res = _sweep(plan, corpus, tmp_path / "slurm", tokenizer_dir, slurm=True, slurm_cluster="debug",
+                 log=msgs.append, **kw)  # fmt: skip
+    assert res.finished == 2 and not any("runs failed" in m for m in msgs), msgs
+    assert sum("Slurm job" in m and "kept as finished" in m for m in msgs) == 2, msgs
+
+
+def _task_pids(marker: str) -> list[int]:
+    """Processes of submitit tasks whose command line contains ``marker`` (Linux /proc)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmd = cmdline.read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "submitit.core._submit" in cmd and marker in cmd:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds tasks in /proc")
+def test_submitit_preemption_checkpoints_requeues_and_resumes(corpus, tokenizer_dir, tmp_path):
+    """submitit's preemption signal (USR2) mid-run, with its local executor: the run writes a
+    checkpoint after the current step, the task is requeued through submitit's handler (the
+    local executor restarts it), resumes and ends with the uninterrupted run's losses."""
+    pytest.importorskip("submitit")
+    import signal
+    import threading
+    import time
+
+    plan = _plan(tmp_path / "plan.csv", [("p", 30_000, {"en": 0.4, "de": 0.3, "ru": 0.3})])
+    kw = dict(batch_size=8, eval_points=(0.5, 0.9, 1.0), allow_repeat=True)
+    _sweep(plan, corpus, tmp_path / "ref", tokenizer_dir, **kw)
+    out = tmp_path / "out"
+    sent: list[int] = []
+
+    def preempt() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not sent:
+            logs = list(out.glob("runs/p-*/metrics.jsonl"))
+            if logs and logs[0].read_text().count('"kind": "train"') >= 5:
+                for pid in _task_pids(str(out)):
+                    os.kill(pid, signal.SIGUSR2)
+                    sent.append(pid)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    res = _sweep(plan, corpus, out, tokenizer_dir, slurm=True, slurm_cluster="local",
+                 slurm_params={"timeout_min": 10}, **kw)  # fmt: skip
+    thread.join()
+    assert len(sent) == 1
+    rec = json.loads(res.records.read_text())[0]
+    assert rec["resumes"] == 1 and res.finished == 1
+    logs = "".join(p.read_text() for p in out.glob("slurm/*/*_log.*"))
+    assert "Requeued job" in logs and "resuming from step" in logs, logs[-3000:]
+    [rows] = out.glob("runs/p-*/rows.csv")
+    [rows_ref] = (tmp_path / "ref").glob("runs/p-*/rows.csv")
+    assert rows.read_text() == rows_ref.read_text()
+
+
+def test_jobs_slots_pin_one_gpu_each_or_split_the_cores():
+    from training.sweep import _slot_settings
+
+    opts = RunOptions(device="auto")
+    pinned = [_slot_settings(k, 4, opts, ["4", "5"], 16) for k in range(4)]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env, _ in pinned] == ["4", "5", "4", "5"]
+    assert {o.threads for _, o in pinned} == {4}  # 16 cores / 4 workers
+    env, o = _slot_settings(1, 3, opts, [], 2)
+    assert env == {} and o.threads == 1  # never 0 threads
+    _, o = _slot_settings(0, 2, RunOptions(threads=3), [], 16)
+    assert o.threads == 3  # --threads wins
+
+
+def test_jobs_trains_runs_side_by_side(corpus, tokenizer_dir, tmp_path):
+    """--jobs 2 on CPU: two single-process runs at once, each with half of the cores, and the
+    same losses as the runs trained one after another in this process."""
+    from datetime import datetime
+
+    from training.sweep import _cpu_count
+
+    shares = {"en": 0.5, "de": 0.5}
+    plan = _plan(tmp_path / "plan.csv", [("j1", 30_000, shares), ("j2", 30_000, {"ru": 1.0})])
+    kw = dict(batch_size=8, eval_points=(0.5, 1.0), allow_repeat=True)
+    auto = RunOptions(device="cpu", log_every_s=1e9)  # no --threads: the cores are split
+    msgs: list[str] = []
+    res = _sweep(plan, corpus, tmp_path / "par", tokenizer_dir, jobs=2, options=auto,
+                 log=msgs.append, **kw)  # fmt: skip
+    assert (res.finished, res.trained) == (2, 2)
+    assert sum("in worker" in m for m in msgs) == 2
+    recs = json.loads(res.records.read_text())
+    assert {r["hardware"]["cpu_threads"] for r in recs} == {max(1, _cpu_count() // 2)}
+    spans = []
+    for r in recs:
+        end = datetime.fromisoformat(r["finished_at"]).timestamp()
+        spans.append((end - r["wall_time_s_last_session"], end))
+    (s1, e1), (s2, e2) = spans
+    assert s1 < e2 and s2 < e1, spans  # the two runs overlapped in time
+    seq = _sweep(plan, corpus, tmp_path / "seq", tokenizer_dir, **kw)
+    for a, b in zip(recs, json.loads(seq.records.read_text()), strict=True):
+        assert a["final_loss"] == pytest.approx(b["final_loss"], abs=1e-6)
 
 
 # ---------------------------------------------------------------- records, CLI
@@ -579,7 +721,7 @@ def test_sigterm_checkpoints_and_exits_143_without_traceback(corpus, tokenizer_d
     err = "".join(seen) + rest
     assert code == 143, err
     assert "interrupted: run long stopped after step" in err and "Traceback" not in err
-    assert list(out.glob("runs/long-*/checkpoint.pt"))
+    assert list(out.glob("runs/long-*/checkpoint/train_state.json"))
 
 
 @pytest.mark.slow
@@ -595,6 +737,24 @@ def test_torchrun_ddp_two_processes(corpus, tokenizer_dir, tmp_path):
         plan, corpus, tmp_path / "ddpc", tokenizer_dir, launcher="torchrun", nproc=2,
         options=chunked, **kw,
     )  # fmt: skip
+    # stopped after 3 steps and resumed: exactly the uninterrupted DDP run; the replicated
+    # tensors were written once, split between the two ranks' files
+    from safetensors import safe_open
+
+    stop = RunOptions(device="cpu", threads=1, log_every_s=1e9, stop_after_steps=3)
+    out_r = tmp_path / "ddp_r"
+    with pytest.raises(TrainingError, match="failed under torchrun"):
+        _sweep(plan, corpus, out_r, tokenizer_dir, launcher="torchrun", nproc=2, options=stop, **kw)
+    keys = []
+    for f in sorted(out_r.glob("runs/*/checkpoint/*.safetensors")):
+        with safe_open(str(f), "pt") as h:
+            keys.append(set(h.keys()))
+    assert len(keys) == 2 and all(keys) and not keys[0] & keys[1]
+    resumed = _sweep(plan, corpus, out_r, tokenizer_dir, launcher="torchrun", nproc=2, **kw)
+    assert json.loads(resumed.records.read_text())[0]["resumes"] == 1
+    [rows_res] = out_r.glob("runs/*/rows.csv")
+    [rows_ddp] = (tmp_path / "ddp").glob("runs/*/rows.csv")
+    assert rows_res.read_text() == rows_ddp.read_text()
     a = json.loads(local.records.read_text())[0]
     for res in (ddp, ddp_c):
         b = json.loads(res.records.read_text())[0]
@@ -627,47 +787,205 @@ def test_throughput_benchmark_script_runs():
 
 @pytest.mark.slow
 def test_torchrun_fsdp_interrupted_and_resumed(corpus, tokenizer_dir, tmp_path):
-    """FSDP2 across 2 CPU processes: killed after a checkpoint, resumed, same losses."""
+    """FSDP2 across 2 CPU processes: stopped after a checkpoint, resumed: exactly the losses of
+    an uninterrupted FSDP2 run (and of one process, to fp tolerance). The checkpoint is sharded:
+    each rank wrote its half of every matrix to its own safetensors file; the same checkpoint
+    also resumes in one process (resharded)."""
+    import shutil
+
+    from safetensors import safe_open
+
     plan = _plan(tmp_path / "plan.csv", [("f", 2048, {"en": 0.5, "de": 0.5})])
     kw = dict(batch_size=8, eval_points=(0.5, 1.0), launcher="torchrun", nproc=2)
     stop = RunOptions(device="cpu", threads=1, fsdp=True, stop_after_steps=3, log_every_s=1e9)
     out = tmp_path / "fsdp"
     with pytest.raises(TrainingError, match="failed under torchrun"):
         _sweep(plan, corpus, out, tokenizer_dir, options=stop, **kw)
-    assert list(out.glob("runs/*/checkpoint.pt")) and not (out / "runs.csv").exists()
+    [ck] = out.glob("runs/*/checkpoint")
+    assert json.loads((ck / "train_state.json").read_text())["step"] == 3
+    assert not (out / "runs.csv").exists()
+    shards = sorted(ck.glob("*.safetensors"))
+    assert len(shards) == 2  # one file per rank
+    key = "model.model.layers.0.mlp.up_proj.weight"  # 88 x 32 in the micro preset
+    for f in shards:
+        with safe_open(str(f), "pt") as h:
+            assert h.get_slice(key).get_shape() == [44, 32]  # half of the rows on each rank
+    shutil.copytree(out, tmp_path / "single")  # the interrupted sweep, resumed below in 1 process
     go = RunOptions(device="cpu", threads=1, fsdp=True, log_every_s=1e9)
-    res = _sweep(plan, corpus, out, tokenizer_dir, options=go, **kw)
+    save = RunOptions(device="cpu", threads=1, fsdp=True, log_every_s=1e9, save_model=True)
+    res = _sweep(plan, corpus, out, tokenizer_dir, options=save, **kw)
     rec = json.loads(res.records.read_text())[0]
     assert rec["resumes"] == 1 and rec["throughput"]["fsdp"] is True
-    local = _sweep(
-        plan, corpus, tmp_path / "local", tokenizer_dir, batch_size=8, eval_points=(0.5, 1.0)
-    )
+    # the full model, gathered from the shards, loads with from_pretrained
+    [mdir] = out.glob("runs/*/model")
+    data = load_data(next((out / "data").iterdir()))
+    for lang, loss in _saved_model_losses(mdir, data, ["en", "de"]).items():
+        assert loss == pytest.approx(rec["final_loss"][lang], abs=1e-5)
+    assert not list(out.glob("runs/*/checkpoint")) and not list(out.glob("runs/*/.checkpoint*"))
+    full = _sweep(plan, corpus, tmp_path / "full", tokenizer_dir, options=go, **kw)
+    [rows_full] = (tmp_path / "full").glob("runs/*/rows.csv")
+    [rows_res] = out.glob("runs/*/rows.csv")
+    assert rows_res.read_text() == rows_full.read_text()  # every evaluation, 8 digits
+    assert json.loads(full.records.read_text())[0]["final_loss"] == rec["final_loss"]
+    local_kw = dict(batch_size=8, eval_points=(0.5, 1.0))
+    local = _sweep(plan, corpus, tmp_path / "local", tokenizer_dir, **local_kw)
     ref = json.loads(local.records.read_text())[0]
+    msgs: list[str] = []
+    single = _sweep(plan, corpus, tmp_path / "single", tokenizer_dir, log=msgs.append, **local_kw)
+    one = json.loads(single.records.read_text())[0]
+    assert one["resumes"] == 1 and any("resharding it to 1" in m for m in msgs)
     for lang in ref["final_loss"]:
         assert rec["final_loss"][lang] == pytest.approx(ref["final_loss"][lang], abs=2e-3)
+        assert one["final_loss"][lang] == pytest.approx(ref["final_loss"][lang], abs=2e-3)
 
 
-def test_checkpoints_load_weights_only_and_refuse_pickled_objects(tmp_path):
-    """Resuming reads checkpoints with weights_only=True (no code execution from a pickle); the
-    RNG snapshot round-trips exactly; a file holding other objects is a clear error."""
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """PID of the torchrun worker of ``rank`` whose command line contains ``marker`` (/proc)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            env = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "training.worker" in cmd and marker in cmd and f"RANK={rank}" in env:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks in /proc")
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(corpus, tokenizer_dir, tmp_path):
+    """SIGTERM reaching only rank 1 of a 2-process DDP run: the ranks agree on the step to stop
+    (an all-reduce of the stop flag), both checkpoint it and exit; the resumed run is exactly
+    the uninterrupted one. Without the agreement rank 1 would wait in the checkpoint's
+    collectives while rank 0 trains on."""
+    import signal
+    import threading
+    import time
+
+    plan = _plan(tmp_path / "plan.csv", [("t", 30_000, {"en": 0.5, "de": 0.5})])
+    kw = dict(batch_size=8, eval_points=(0.5, 1.0), allow_repeat=True, launcher="torchrun", nproc=2)
+    out = tmp_path / "out"
+    sent: list[int] = []
+    hung: list[int] = []
+    returned = threading.Event()
+
+    def stop_rank_1() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not sent:
+            logs = list(out.glob("runs/t-*/metrics.jsonl"))
+            if logs and logs[0].read_text().count('"kind": "train"') >= 5:
+                pid = _rank_pid(str(out), 1)
+                if pid is not None:
+                    os.kill(pid, signal.SIGTERM)
+                    sent.append(pid)
+            time.sleep(0.02)
+        if sent and not returned.wait(120):  # the ranks hang: end them, fail below
+            for rank in (0, 1):
+                pid = _rank_pid(str(out), rank)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    hung.append(pid)
+
+    thread = threading.Thread(target=stop_rank_1, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(TrainingError, match="failed under torchrun"):
+            _sweep(plan, corpus, out, tokenizer_dir, **kw)
+    finally:
+        returned.set()
+    thread.join()
+    assert len(sent) == 1 and not hung
+    [ck] = out.glob("runs/t-*/checkpoint")
+    state = json.loads((ck / "train_state.json").read_text())
+    assert 5 <= state["step"] < 118 and len(list(ck.glob("*.safetensors"))) == 2
+    resumed = _sweep(plan, corpus, out, tokenizer_dir, **kw)
+    assert json.loads(resumed.records.read_text())[0]["resumes"] == 1
+    _sweep(plan, corpus, tmp_path / "full", tokenizer_dir, **kw)
+    [rows] = out.glob("runs/t-*/rows.csv")
+    [rows_full] = (tmp_path / "full").glob("runs/t-*/rows.csv")
+    assert rows.read_text() == rows_full.read_text()
+
+
+def test_checkpoint_rng_is_json_and_nothing_is_unpickled(tmp_path):
+    """The RNG snapshot is plain JSON and round-trips exactly; no module of training/ unpickles
+    (no torch.load, no pickle.load); an earlier version's checkpoint.pt is refused with the fix."""
     import random
 
     import torch
 
-    from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+    from training.checkpoint import Checkpointer, rng_state, set_rng_state
 
     np.random.seed(3)  # noqa: NPY002 - the global state is what the snapshot covers
     np.random.normal()  # noqa: NPY002 - leaves a cached Gaussian in the state
-    snap = rng_state()
+    snap = json.loads(json.dumps(rng_state()))
     first = (np.random.rand(3), random.random(), torch.rand(2))  # noqa: NPY002
-    save_checkpoint(tmp_path / "c.pt", {"rng": snap, "counts": [1, 2], "rows": [{"loss": 1.5}]})
-    set_rng_state(load_checkpoint(tmp_path / "c.pt")["rng"])
+    set_rng_state(snap)
     again = (np.random.rand(3), random.random(), torch.rand(2))  # noqa: NPY002
     assert np.array_equal(first[0], again[0]) and first[1] == again[1]
     assert torch.equal(first[2], again[2])
-    torch.save({"x": np.zeros(3)}, tmp_path / "bad.pt")
-    with pytest.raises(TrainingError, match="not a plain checkpoint.*delete it"):
-        load_checkpoint(tmp_path / "bad.pt")
+    for path in (REPO / "training").glob("*.py"):
+        code = path.read_text()
+        assert not re.search(r"torch\.load\(|pickle\.loads?\(|import pickle", code), path
+    (tmp_path / "checkpoint.pt").write_bytes(b"old")
+    with pytest.raises(TrainingError, match=r"earlier climb-bayes version.*Fix: .*delete it"):
+        Checkpointer(tmp_path, 0, 1).prepare()
+
+
+def _adamw(model):
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+
+
+def test_async_checkpoint_is_a_snapshot_and_survives_a_crash_between_renames(tmp_path):
+    """A background save holds the state of the moment it was called, although training changes
+    the parameters while it writes; a crash between the two renames loses nothing."""
+    import torch
+
+    from training.checkpoint import Checkpointer, read_state
+
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    model = _tiny_lm()
+    opt = _adamw(model)
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    want_model = {k: v.clone() for k, v in model.state_dict().items()}
+    want_opt = {
+        k: {n: t.clone() for n, t in d.items()} for k, d in opt.state_dict()["state"].items()
+    }
+    ck = Checkpointer(tmp_path, 0, 1)
+    assert ck.prepare() is None
+    rows = [{"step": 1, "loss": 1.5}]
+    ck.save(model, opt, {"step": 1, "key": "k", "rows": rows}, wait=False)
+    for _ in range(3):  # training goes on while the shards are written
+        step()
+    rows.append({"step": 4, "loss": 1.2})
+    ck.wait()
+    assert read_state(tmp_path)["rows"] == [{"step": 1, "loss": 1.5}]
+    assert read_state(tmp_path)["step"] == 1 and not list(tmp_path.glob(".checkpoint*"))
+
+    # a crash after checkpoint/ was moved aside, before the new folder took its place
+    (tmp_path / "checkpoint").rename(tmp_path / ".checkpoint.old")
+    (tmp_path / ".checkpoint-000000002.tmp").mkdir()  # an unfinished later save
+    fresh = _tiny_lm()
+    fresh_opt = _adamw(fresh)
+    ck2 = Checkpointer(tmp_path, 0, 1)
+    assert ck2.prepare()["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+    ck2.load(fresh, fresh_opt)
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(v, want_model[k]), k
+    got = fresh_opt.state_dict()["state"]
+    assert got.keys() == want_opt.keys()
+    for k in want_opt:
+        for n in want_opt[k]:
+            assert torch.equal(got[k][n], want_opt[k][n]), (k, n)
 
 
 def test_accelerate_mixed_precision_is_honoured_or_rejected(tmp_path, monkeypatch):
@@ -801,6 +1119,48 @@ def test_activation_checkpointing_changes_no_gradient():
     assert grads[0].keys() == grads[1].keys()
     for k in grads[0]:
         torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-7)
+
+
+def _saved_model_losses(model_dir: Path, data, langs) -> dict[str, float]:
+    """Validation loss per language of ``AutoModelForCausalLM.from_pretrained(model_dir)``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.loss import loss_sum
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model.eval()
+    out = {}
+    with torch.no_grad():
+        for lang in langs:
+            ids = torch.from_numpy(data.languages[lang].val_blocks.astype(np.int64))
+            nll, n = loss_sum(model, ids, ids)
+            out[lang] = float(nll) / float(n)
+    return out
+
+
+def test_saved_model_is_safetensors_and_loads_with_from_pretrained(corpus, tokenizer_dir, tmp_path):
+    """--save-model: RUN/model/ holds safetensors (no pickle), the config and the tokenizer;
+    AutoModelForCausalLM.from_pretrained gives the run's final validation losses."""
+    from transformers import AutoTokenizer
+
+    plan = _plan(tmp_path / "plan.csv", [("m", 2000, {"en": 0.5, "zh": 0.5})])
+    out = tmp_path / "out"
+    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
+    data = load_data(next((out / "data").iterdir()))
+    cfg = RunConfig("m", 2000, {"en": 0.5, "zh": 0.5}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    opts = RunOptions(device="cpu", threads=1, log_every_s=1e9, save_model=True)
+    rec = train_run(cfg, data, tmp_path / "run", opts, log=lambda s: None)
+    mdir = tmp_path / "run" / "model"
+    names = sorted(p.name for p in mdir.iterdir())
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(names)
+    assert not [n for n in names if n.endswith((".bin", ".pt", ".pth"))]
+    assert not list((tmp_path / "run").glob(".model*"))
+    got = _saved_model_losses(mdir, data, ["en", "zh"])
+    for lang in ("en", "zh"):
+        assert got[lang] == pytest.approx(rec["final_loss"][lang], abs=1e-5)
+    tok = AutoTokenizer.from_pretrained(mdir)
+    assert tok.decode(tok.encode(SCRIPTS[1], add_special_tokens=False)) == SCRIPTS[1]
 
 
 def test_run_with_chunked_loss_and_checkpointing_matches_plain_run(corpus, tokenizer_dir, tmp_path):

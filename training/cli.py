@@ -196,7 +196,13 @@ def _slurm_value(v: str) -> Any:
     help="Also write the per-step metrics (every run writes RUN/metrics.jsonl) as TensorBoard "
     "scalars under DIR/<run_id>.",
 )
-@click.option("--save-model", is_flag=True, help="Save each finished model to RUN/model/.")
+@click.option(
+    "--save-model/--no-save-model",
+    default=True,
+    show_default=True,
+    help="Save each finished model to RUN/model/ as safetensors (AutoModelForCausalLM loads "
+    "it); --no-save-model for large sweeps (a paper-1.2b model is ~9 GB).",
+)
 @click.option(
     "--launcher",
     default="local",
@@ -231,11 +237,14 @@ def _slurm_value(v: str) -> Any:
 @click.option("--max-runs", type=int, default=None, help="Train at most N pending runs now.")
 @click.option(
     "--jobs",
+    "--runs-per-node",
+    "jobs",
     type=int,
     default=1,
     show_default=True,
-    help="Local launcher: train up to N runs at once, each in its own process (e.g. --jobs 2 "
-    "--threads 1 on a 2-core machine).",
+    help="Local launcher: train up to N runs at once on this node, each in its own process "
+    "(one GPU each, round-robin, when there are GPUs; cores // N threads each otherwise), e.g. "
+    "--runs-per-node 8 on an 8-GPU node or --jobs 2 --threads 1 on a 2-core machine.",
 )
 def train(**kw: Any) -> None:
     """Train the runs of a plan and write their runs table (long form, with loss curves).

@@ -2,9 +2,12 @@
 
 :func:`train_run` trains a ``LlamaForCausalLM`` from scratch on one run's mixture and writes, when
 it finishes, the run's runs-table rows and JSON record (see :mod:`training.records`). It resumes
-from ``run_dir/checkpoint.pt`` when one exists, and the resumed run ends with the same losses as
-an uninterrupted one (same device and world size): the batch order, the learning rate and the
-data position are functions of the step, and all states are restored.
+from its sharded checkpoint ``run_dir/checkpoint/`` (:mod:`training.checkpoint`) when one exists,
+and the resumed run ends with the same losses as an uninterrupted one (same device and world
+size): the batch order, the learning rate and the data position are functions of the step, and
+all states are restored. SIGTERM, or :func:`request_stop` (submitit's preemption signal, see
+:mod:`training.worker`), makes it checkpoint after the current step and raise
+:class:`~training.errors.RunInterrupted`; with several processes they agree on the step to stop.
 
 Under ``torchrun``/``accelerate launch`` (``WORLD_SIZE > 1``) it trains with DDP, or FSDP2 with
 ``RunOptions.fsdp``; each global batch is split across ranks and only rank 0 writes files.
@@ -30,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from training.checkpoint import Checkpointer, rng_state, set_rng_state
 from training.dataset import SweepData
 from training.errors import RunInterrupted, TrainingError
 from training.flops import device_peak, flops_per_token, mfu
@@ -51,10 +54,20 @@ __all__ = [
     "lr_at",
     "eval_steps_for",
     "check_repeat",
+    "request_stop",
     "train_run",
 ]
 
 DEFAULT_EVAL_POINTS = (0.25, 0.5, 0.75, 0.87, 0.9, 0.93, 0.96, 1.0)
+
+_STOP = {"requested": False}
+
+
+def request_stop() -> None:
+    """Ask the run training in this process to checkpoint after its current step and raise
+    :class:`~training.errors.RunInterrupted` (what SIGTERM does). Safe to call from a signal
+    handler; a request made while no run trains stops the next run after its first step."""
+    _STOP["requested"] = True
 
 
 @dataclass
@@ -109,7 +122,7 @@ class RunOptions:
     checkpoint_every: int = 0
     log_every_s: float = 30.0
     eval_batch_size: int | None = None
-    save_model: bool = False
+    save_model: bool = True
     keep_checkpoint: bool = False
     stop_after_steps: int | None = None
     tensorboard_dir: str | None = None
@@ -314,6 +327,29 @@ def _all_reduce_counts(counts: np.ndarray, env: _Dist) -> np.ndarray:
     return t.cpu().numpy()
 
 
+def _save_model(
+    model: Any, state_dict: dict[str, Any], tokenizer_dir: Path, run_dir: Path, log: Any
+) -> None:
+    """Write ``run_dir/model/``: ``config.json``, ``model.safetensors`` (``save_pretrained`` of
+    transformers 5 writes safetensors only), ``generation_config.json`` and the tokenizer, so that
+    ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained(run_dir / "model")`` load it. Built
+    in a temporary sibling folder and moved into place."""
+    import shutil
+
+    from training.tokenizer import load_tokenizer
+
+    final, tmp = run_dir / "model", run_dir / ".model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, state_dict=state_dict)
+    try:
+        load_tokenizer(tokenizer_dir).save_pretrained(tmp)
+    except TrainingError as exc:  # moved since the data were prepared: the model still counts
+        log(f"warning: {run_dir.name}: model saved without its tokenizer ({exc})")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
 def train_run(
     cfg: RunConfig,
     data: SweepData,
@@ -330,7 +366,7 @@ def train_run(
     data
         Prepared sweep data (:func:`training.dataset.prepare_data`).
     run_dir
-        Folder of this run: ``checkpoint.pt`` while it trains, then ``rows.csv`` and
+        Folder of this run: ``checkpoint/`` while it trains, then ``rows.csv`` and
         ``record.json``.
     opts
         Runtime options; ``stop_after_steps`` is a test hook that checkpoints after that many
@@ -397,18 +433,11 @@ def train_run(
     torch.manual_seed(cfg.seed)
     model = build_model(preset, data.vocab_size, data.eos_id, data.pad_id)
     n_params = count_parameters(model)
-    ckpt_path = run_dir / "checkpoint.pt"
-    ckpt = load_checkpoint(ckpt_path)
-    if ckpt is not None and ckpt.get("key") != cfg.key():
-        log(f"run {cfg.run_id}: ignoring checkpoint of another config ({ckpt.get('key')})")
-        ckpt = None
-    if ckpt is not None and ckpt.get("fsdp", False) != bool(opts.fsdp and env.world > 1):
-        raise TrainingError(
-            f"{ckpt_path} was written {'with' if ckpt.get('fsdp') else 'without'} FSDP. Fix: "
-            f"resume with the same --fsdp setting, or delete the checkpoint to start over."
-        )
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
+    ckpt = Checkpointer(run_dir, env.rank, env.world)
+    saved = ckpt.prepare()
+    if saved is not None and saved.get("key") != cfg.key():
+        log(f"run {cfg.run_id}: ignoring checkpoint of another config ({saved.get('key')})")
+        saved = None
     model.to(env.device)
     if opts.activation_checkpointing:  # recompute every n-th decoder block in the backward
         enable_activation_checkpointing(model, opts.activation_checkpointing)
@@ -445,22 +474,20 @@ def train_run(
         "timed_tokens": 0,
         "counts": np.zeros(len(langs), dtype=np.int64),
     }
-    if ckpt is not None:
-        if fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_optimizer_state_dict,
+    if saved is not None:
+        if (saved["world"], saved["fsdp"]) != (env.world, fsdp):
+            log(
+                f"run {cfg.run_id}: the checkpoint was written by {saved['world']} process(es)"
+                f"{' with FSDP' if saved['fsdp'] else ''}; resharding it to {env.world}"
+                f"{' with FSDP' if fsdp else ''} (losses can differ from an uninterrupted run in "
+                "the last digits)"
             )
-
-            set_optimizer_state_dict(
-                model, optimizer, ckpt["optimizer"], options=StateDictOptions(full_state_dict=True)
-            )
-        else:
-            optimizer.load_state_dict(ckpt["optimizer"])
-        state.update({k: ckpt[k] for k in ("step", "rows", "train_time", "timed_tokens")})
-        state["resumes"] = ckpt["resumes"] + 1
-        state["counts"] = np.asarray(ckpt["counts"]) if env.main else state["counts"]
-        set_rng_state(ckpt["rng"])
+        ckpt.load(model, optimizer)  # each rank reads its own slices
+        state.update({k: saved[k] for k in ("step", "rows", "train_time", "timed_tokens")})
+        state["resumes"] = saved["resumes"] + 1
+        if env.main:  # the other ranks count from zero; the counts are summed over ranks
+            state["counts"] = np.asarray(saved["counts"], dtype=np.int64)
+        set_rng_state(saved["rng"])
         log(f"run {cfg.run_id}: resuming from step {state['step']}/{n_steps}")
     raw_model = model
     if opts.loss_chunk_tokens:
@@ -492,40 +519,38 @@ def train_run(
             return contextlib.nullcontext()
         return model.no_sync()
 
-    def checkpoint() -> None:
+    def checkpoint(wait: bool) -> None:
+        """Every rank: its shards in the background (``wait``: before returning)."""
         counts = _all_reduce_counts(state["counts"], env)
-        if fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+        meta = {
+            "key": cfg.key(),
+            "world": env.world,
+            "fsdp": fsdp,
+            "step": state["step"],
+            "rows": state["rows"],
+            "resumes": state["resumes"],
+            "train_time": state["train_time"],
+            "timed_tokens": state["timed_tokens"],
+            "counts": [int(x) for x in counts],
+            "rng": rng_state(),
+        }
+        ckpt.save(raw_model, optimizer, meta, wait=wait)
 
-            msd, osd = get_state_dict(
-                raw_model,
-                optimizer,
-                options=StateDictOptions(full_state_dict=True, cpu_offload=True),
-            )
-        else:
-            msd, osd = raw_model.state_dict(), optimizer.state_dict()
-        if env.main:
-            save_checkpoint(
-                ckpt_path,
-                {
-                    "key": cfg.key(),
-                    "fsdp": fsdp,
-                    "model": msd,
-                    "optimizer": osd,
-                    "step": state["step"],
-                    "rows": state["rows"],
-                    "resumes": state["resumes"],
-                    "train_time": state["train_time"],
-                    "timed_tokens": state["timed_tokens"],
-                    "counts": [int(x) for x in counts],
-                    "rng": rng_state(),
-                },
-            )
+    def stop_requested() -> bool:
+        """Whether any rank was asked to stop (all ranks must stop at the same step)."""
+        local = _STOP["requested"] or (
+            opts.stop_after_steps is not None and state["step"] >= opts.stop_after_steps
+        )
+        if env.world == 1:
+            return local
+        import torch.distributed as dist
 
-    stop = {"signal": False}
+        flag = torch.tensor([int(local)], dtype=torch.int32, device=env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        stop["signal"] = True
+        request_stop()
 
     old_handler = None
     with contextlib.suppress(ValueError):  # not in the main thread
@@ -616,6 +641,7 @@ def train_run(
             )
             if opts.on_step is not None:
                 opts.on_step(state["step"])
+            ckpt.poll()  # swap in a finished background checkpoint
             if step in eval_set:
                 losses = _evaluate(raw_model if fsdp else model, data, langs, env, eval_bs, amp)
                 metrics.evaluation(step + 1, int(cum[step]), losses)
@@ -653,16 +679,15 @@ def train_run(
                 last_log = now
             if state["step"] == n_steps:
                 break
-            stop_now = stop["signal"] or (
-                opts.stop_after_steps is not None and state["step"] >= opts.stop_after_steps
-            )
+            stop_now = stop_requested()
             every = opts.checkpoint_every
             if stop_now or step in eval_set or (every and state["step"] % every == 0):
-                checkpoint()
+                checkpoint(wait=stop_now)
             if stop_now:
+                _STOP["requested"] = False  # consumed
                 raise RunInterrupted(
                     f"run {cfg.run_id} stopped after step {state['step']}/{n_steps}; "
-                    f"checkpoint {ckpt_path}"
+                    f"checkpoint {ckpt.dir}"
                 )
     finally:
         metrics.close()
@@ -670,6 +695,7 @@ def train_run(
             signal.signal(signal.SIGTERM, old_handler)
 
     # ---- finish ---------------------------------------------------------------------------
+    ckpt.wait()
     counts = _all_reduce_counts(state["counts"], env)
     realised = {lang: int(counts[k]) for k, lang in enumerate(langs)}
     if realised != budgets or int(cum[-1]) != sum(budgets.values()):
@@ -732,11 +758,11 @@ def train_run(
         else:
             msd = raw_model.state_dict()
         if env.main:
-            raw_model.save_pretrained(run_dir / "model", state_dict=msd)
+            _save_model(raw_model, msd, data.tokenizer_dir, run_dir, log)
     if env.main:
         write_finished_run(run_dir, state["rows"], record)
-        if not opts.keep_checkpoint and ckpt_path.exists():
-            ckpt_path.unlink()
+        if not opts.keep_checkpoint:
+            ckpt.remove()
         log(
             f"run {cfg.run_id}: finished in {record['wall_time_s_last_session']:.1f}s, "
             f"{tps or 0:,.0f} tok/s, final " + " ".join(f"{k}={v:.3f}" for k, v in final.items())

@@ -277,9 +277,11 @@ def run_sweep(
     max_runs
         Train at most this many runs now (the others stay pending).
     jobs
-        With the local launcher, train up to this many runs at once, each in its own process
-        (``python -m training.worker``; give ``options.threads`` so that ``jobs * threads``
-        matches the cores). 1 trains in this process, one run after another.
+        With the local launcher, train up to this many single-process runs at once on this node,
+        each in its own process (``python -m training.worker``) with a GPU of its own when there
+        are GPUs (one run per GPU with ``jobs`` = their number), else ``cores // jobs`` torch
+        threads unless ``options.threads`` is given. 1 trains in this process, one run after
+        another.
     log
         Progress callback (default: stderr).
 
@@ -406,17 +408,12 @@ def run_sweep(
                     env = {**os.environ, "PYTHONPATH": _pythonpath()}
                     cmd = _launch_cmd(launcher, n, spec, mixed_precision)
                     rc = subprocess.run(cmd, env=env).returncode
-                    if rc != 0 and is_finished(rdir):
-                        log(
-                            f"warning: run {cfg.run_id}: {launcher} exited with code {rc} "
-                            "after the run's record was written (a rank failed while shutting "
-                            "down); the run is kept as finished"
-                        )
-                    elif rc != 0 or not is_finished(rdir):
+                    failure = f"{launcher} exited with code {rc}" if rc else None
+                    if not _finished_despite(cfg, rdir, failure, log):
                         raise TrainingError(
                             f"run {cfg.run_id} failed under {launcher} (exit code {rc}); see the "
                             f"output above. Fix the cause and run the sweep again: it resumes from "
-                            f"{rdir / 'checkpoint.pt'} when there is one."
+                            f"{rdir / 'checkpoint'} when there is one."
                         )
                 trained += 1
 
@@ -431,6 +428,71 @@ def run_sweep(
         return SweepResult(table, records, finished, trained, skipped, pending, wall, run_dirs)
 
 
+def _finished_despite(
+    cfg: RunConfig, rdir: Path, failure: str | None, log: Callable[[str], None]
+) -> bool:
+    """Whether the run is finished; a written record wins over a failed launcher.
+
+    ``failure`` describes what went wrong with the run's process(es) (``None``: nothing). Rank 0
+    writes ``record.json`` last, after the rows, so a run with its record is complete even when
+    a straggling rank then fails while shutting down (a non-zero exit of torchrun, a failed
+    Slurm task): it is kept as finished with a warning instead of failing the sweep.
+    """
+    if not is_finished(rdir):
+        return False
+    if failure:
+        log(
+            f"warning: run {cfg.run_id}: {failure} after the run's record was written (a rank "
+            "failed while shutting down?); the run is kept as finished"
+        )
+    return True
+
+
+def _worker_cmd(spec: Path) -> list[str]:
+    """The command of one run in its own process (the entry point torchrun and Slurm use)."""
+    return [sys.executable, "-m", "training.worker", str(spec)]
+
+
+def _visible_gpus(device: str) -> list[str]:
+    """GPUs the ``--jobs`` workers share: none unless ``device`` is ``auto``/``cuda`` and CUDA
+    has devices; the ids of ``CUDA_VISIBLE_DEVICES`` when it is set."""
+    if device not in ("auto", "cuda"):
+        return []
+    import torch
+
+    n = torch.cuda.device_count()
+    if n == 0:
+        return []
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    listed = [d for d in listed if d]
+    return listed[:n] if listed else [str(k) for k in range(n)]
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _slot_settings(
+    slot: int, jobs: int, opts: RunOptions, gpus: Sequence[str], cores: int
+) -> tuple[dict[str, str], RunOptions]:
+    """Environment and options of the worker in ``slot`` (0 ... jobs-1) of ``--jobs``.
+
+    With GPUs each worker sees one (``CUDA_VISIBLE_DEVICES``: slot ``i`` gets GPU ``i`` modulo
+    their number, so ``--jobs`` = number of GPUs is one run per GPU); without ``--threads`` the
+    cores are split between the workers (``cores // jobs`` torch threads each, at least 1)
+    instead of every worker using them all.
+    """
+    env: dict[str, str] = {}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+    if opts.threads is None:
+        opts = replace(opts, threads=max(1, cores // jobs))
+    return env, opts
+
+
 def _run_parallel(
     todo: list[tuple[RunConfig, Path]],
     data_dir: Path,
@@ -441,27 +503,34 @@ def _run_parallel(
     """Train runs in up to ``jobs`` worker processes at once; returns the runs that finished.
 
     Each run is ``python -m training.worker SPEC`` (the same entry point torchrun and Slurm
-    use), its output prefixed by nothing and passed through. A failed run is reported and the
-    others go on; running the sweep again resumes it from its checkpoint.
+    use), its output passed through, in one of ``jobs`` slots (``_slot_settings``: a GPU of
+    its own, or a share of the cores). A failed run is reported and the others go on; running
+    the sweep again resumes it from its checkpoint.
     """
-    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    base = {**os.environ, "PYTHONPATH": _pythonpath()}
+    gpus, cores = _visible_gpus(opts.device), _cpu_count()
     queue = list(enumerate(todo, start=1))
-    running: list[tuple[subprocess.Popen, RunConfig, Path]] = []
+    running: list[tuple[subprocess.Popen, RunConfig, Path, int]] = []
     done = failed = 0
     while queue or running:
         while queue and len(running) < jobs:
             i, (cfg, rdir) = queue.pop(0)
-            log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name}) in a worker process")
-            spec = _write_spec(cfg, data_dir, rdir, opts)
-            cmd = [sys.executable, "-m", "training.worker", str(spec)]
-            running.append((subprocess.Popen(cmd, env=env), cfg, rdir))
+            slot = min(set(range(jobs)) - {r[3] for r in running})
+            env, wopts = _slot_settings(slot, jobs, opts, gpus, cores)
+            where = f"GPU {env['CUDA_VISIBLE_DEVICES']}" if gpus else f"{wopts.threads} threads"
+            log(f"[{i}/{len(todo)}] run {cfg.run_id} ({rdir.name}) in worker {slot} ({where})")
+            spec = _write_spec(cfg, data_dir, rdir, wopts)
+            proc = subprocess.Popen(_worker_cmd(spec), env={**base, **env})
+            running.append((proc, cfg, rdir, slot))
         time.sleep(0.5)
         still = []
-        for proc, cfg, rdir in running:
+        for proc, cfg, rdir, slot in running:
             rc = proc.poll()
             if rc is None:
-                still.append((proc, cfg, rdir))
-            elif is_finished(rdir):
+                still.append((proc, cfg, rdir, slot))
+            elif _finished_despite(
+                cfg, rdir, f"its worker exited with code {rc}" if rc else None, log
+            ):
                 done += 1
             else:
                 failed += 1
@@ -535,12 +604,14 @@ def _run_slurm(
         log("slurm: not waiting; run the same command again later to collect the table")
         return 0
     failed = 0
-    for (cfg, _), job in zip(todo, jobs, strict=True):
+    for (cfg, rdir), job in zip(todo, jobs, strict=True):
         try:
-            job.result()
+            job.results()  # every task of the run (one per process with --nproc)
         except Exception as exc:  # a failed task: report, keep collecting the others
-            failed += 1
-            log(f"slurm: run {cfg.run_id} failed: {exc}")
+            first = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+            if not _finished_despite(cfg, rdir, f"Slurm job {job.job_id} failed ({first[0]})", log):
+                failed += 1
+                log(f"slurm: run {cfg.run_id} failed: {exc}")
     if failed:
         log(f"slurm: {failed} runs failed; run the command again to retry/resume them")
     return len(jobs) - failed
