@@ -80,19 +80,20 @@ def law_problems(info: Mapping[str, Any]) -> list[str]:
         Short problem descriptions (``"R-hat 1.83 > 1.01"``).
     """
     out = []
-    if info.get("diagnostics"):  # CLIMB's NUTS fit carries its full Diagnostics
+    if info.get("diagnostics"):  # every NUTS fit carries its full Diagnostics (arviz-stats)
         from climb_bayes.diagnostics import Diagnostics
 
         out += [p.split(": ")[0] for p in Diagnostics.from_json(info["diagnostics"]).problems]
-    rhat = info.get("max_rhat")
-    if rhat is not None and (not math.isfinite(float(rhat)) or float(rhat) > RHAT_MAX):
-        out.append(f"R-hat {float(rhat):.3f} > {RHAT_MAX}")
-    ess = info.get("min_ess")
-    if ess is not None and (not math.isfinite(float(ess)) or float(ess) < ESS_MIN):
-        out.append(f"ESS {float(ess):.0f} < {ESS_MIN}")
-    div = info.get("divergences")
-    if div:
-        out.append(f"{int(div)} divergences")
+    else:  # fit files written before law fits stored their Diagnostics
+        rhat = info.get("max_rhat")
+        if rhat is not None and (not math.isfinite(float(rhat)) or float(rhat) > RHAT_MAX):
+            out.append(f"R-hat {float(rhat):.3f} > {RHAT_MAX}")
+        ess = info.get("min_ess")
+        if ess is not None and (not math.isfinite(float(ess)) or float(ess) < ESS_MIN):
+            out.append(f"ESS {float(ess):.0f} < {ESS_MIN}")
+        div = info.get("divergences")
+        if div:
+            out.append(f"{int(div)} divergences")
     if "starts" in info and (p := starts_problem(info["starts"])) is not None:
         out.append(p)
     if info.get("converged") is False:

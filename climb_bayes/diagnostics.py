@@ -97,7 +97,11 @@ def _flat_min_max(ds: xr.Dataset, reduce: str) -> tuple[float, str]:
 
 
 def compute_diagnostics(
-    posterior: xr.Dataset, sample_stats: xr.Dataset, max_tree_depth: int, var_names: list[str]
+    posterior: xr.Dataset,
+    sample_stats: xr.Dataset,
+    max_tree_depth: int,
+    var_names: list[str],
+    bfmi: np.ndarray | None = None,
 ) -> Diagnostics:
     """Compute diagnostics over the sampled (latent) variables.
 
@@ -111,6 +115,9 @@ def compute_diagnostics(
         The sampler's limit, to count saturated draws.
     var_names : list of str
         Variables to check (latent sites; deterministic transforms would repeat them).
+    bfmi : numpy.ndarray, optional
+        E-BFMI values computed by the sampler (the language-block sampler's per block and
+        chain, on unthinned energies); by default from ``sample_stats["energy"]`` per chain.
     """
     import arviz_stats as azs
 
@@ -129,7 +136,8 @@ def compute_diagnostics(
         depth = np.floor(np.log2(np.asarray(sample_stats["n_steps"]) + 1)).astype(int)
     saturated = int((depth >= max_tree_depth).sum())
     # E-BFMI per chain (Betancourt 2016), arviz-stats' definition
-    bfmi = azs.bfmi(sample_stats["energy"].astype(float), sample_dims=["chain", "draw"])
+    if bfmi is None:
+        bfmi = azs.bfmi(sample_stats["energy"].astype(float), sample_dims=["chain", "draw"])
     min_bfmi = float(np.min(np.asarray(bfmi)))
 
     problems = []

@@ -284,6 +284,7 @@ def fit_runs(
             tree["sample_stats"].to_dataset(),
             config.max_tree_depth,
             _diagnosed_names(priors),
+            bfmi=mcmc.block_bfmi if blocked else None,
         )
         attrs["diagnostics"] = diag.to_json()
         attrs["sampling_seconds"] = float(elapsed)

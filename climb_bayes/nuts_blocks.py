@@ -15,7 +15,9 @@ because the blocks are independent. Per-draw sampler statistics are combined as:
 any block diverged (in any iteration, thinned-out ones included), ``num_steps`` of the deepest
 block (so tree-depth checks stay meaningful) with the total over blocks and iterations in
 ``n_steps_total``, the sum of the blocks' energies (the energy
-of the product system) and the mean acceptance probability.
+of the product system) and the mean acceptance probability. E-BFMI is not taken from that sum
+(a well-behaved block would dilute a bad one) nor from the thinned draws: each block's is
+computed on every iteration's energy (:func:`block_bfmi`) and the fit reports the smallest.
 
 References
 ----------
@@ -180,6 +182,7 @@ class BlockedPosterior:
         self._kwargs: dict[str, Any] = {}
         self.sampler = NUTS(climb_model, max_tree_depth=max_tree_depth)
         self.block_thinning: list[int] = []  # iterations per kept draw, per block
+        self.block_bfmi: np.ndarray | None = None  # E-BFMI (blocks, chains), unthinned
 
     @staticmethod
     def _flatten(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -447,8 +450,21 @@ def _sample_block(
         lambda *x: _as_double(np.concatenate(x, axis=1)[:, :n_iter]), *parts
     )
     values = from_unconstrained(jax.tree.map(lambda x: x[:, thin - 1 :: thin], draws))
-    stats = _thinned_stats(dict(zip(EXTRA_FIELDS, stats, strict=True)), thin)
-    return values, stats, thin
+    stats = dict(zip(EXTRA_FIELDS, stats, strict=True))
+    bfmi = block_bfmi(stats["energy"])
+    return values, _thinned_stats(stats, thin) | {"bfmi": bfmi}, thin
+
+
+def block_bfmi(energy: np.ndarray) -> np.ndarray:
+    """E-BFMI per chain of one block, on *every* iteration's energy (``(chains, iterations)``).
+
+    Thinning first would inflate it (consecutive kept energies are further apart), and summing
+    the blocks' energies would let a well-behaved block hide a bad one; the fit reports the
+    smallest value over blocks and chains (arviz-stats' ``bfmi``).
+    """
+    import arviz_stats as azs
+
+    return np.asarray(azs.bfmi(np.asarray(energy, dtype=float)))
 
 
 def run_blocked_nuts(
@@ -503,12 +519,13 @@ def run_blocked_nuts(
     names = latent_sites(priors)
     latent = {n: [] for n in names}
     extra = {n: [] for n in (*EXTRA_FIELDS, "steps_total")}
-    thinning = []
+    thinning, bfmi = [], []
     for i, block in enumerate(blocks):
         block_key = jax.random.fold_in(key, i)
         values, stats, thin = _sample_block(kernel, block, block_key, priors, config)
         for n in names:
             latent[n].append(values[n])
+        bfmi.append(stats.pop("bfmi"))
         for n, value in stats.items():
             extra[n].append(value)
         thinning.append(thin)
@@ -550,4 +567,5 @@ def run_blocked_nuts(
     samples |= joint
     posterior = BlockedPosterior(samples, combined, data, priors, config.max_tree_depth)
     posterior.block_thinning = thinning
+    posterior.block_bfmi = np.stack(bfmi)  # (blocks, chains)
     return posterior

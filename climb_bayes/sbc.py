@@ -24,6 +24,14 @@ graphical ECDF test with simultaneous bands [2]_ (which also sees a pile-up of r
 A parameter fails when either p-value is below ``alpha / (2 k)`` (Bonferroni over both tests
 and ``k`` parameters: a family-wise level ``alpha``).
 
+Why the ECDF test is written here rather than taken from arviz-stats: arviz-stats exposes
+``ecdf`` and ``loo_pit`` publicly; its PIT-ECDF band (``ecdf_pit``, checked in 0.8 and 1.3) sits
+in the private-by-convention ``ecdf_utils`` module, takes continuous PIT values (evaluated at
+``1/n .. (n-1)/n`` for ``n`` replications, not at the ``L`` rank levels), and returns a band
+but no p-value. The verdict needs a p-value per parameter on discrete ranks (for the
+Bonferroni rule above), so :func:`ecdf_uniformity_test` computes the statistic of [2]_ exactly on
+ranks (~60 lines with the band); :func:`climb_bayes.sbc_plots.plot_sbc_ecdf` draws the same band.
+
 References
 ----------
 .. [1] Talts, Betancourt, Simpson, Vehtari & Gelman (2018), "Validating Bayesian inference

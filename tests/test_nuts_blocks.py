@@ -21,6 +21,7 @@ from climb_bayes.nuts_blocks import (
     WARMUP_WINDOWS,
     _pooled_metric,
     _thinned_stats,
+    block_bfmi,
     block_thinning,
     language_blocks,
     use_language_blocks,
@@ -167,6 +168,20 @@ def test_thinned_stats_keep_every_divergence_and_count_every_step():
     assert out["accept_prob"].shape == (chains, draws)
 
 
+def test_block_bfmi_is_not_diluted_by_a_good_block_or_by_thinning():
+    """A block whose energy random-walks (E-BFMI ~0) is reported as such; the old statistic,
+    E-BFMI of the summed (and thinned) energies, let a large, well-mixed block hide it."""
+    import arviz_stats as azs
+
+    rng = np.random.default_rng(0)
+    good = rng.normal(0.0, 10.0, (2, 2000))  # independent energies: E-BFMI ~2
+    bad = 0.05 * rng.normal(size=(2, 2000)).cumsum(axis=1)  # random walk: E-BFMI << 0.3
+    per_block = np.stack([block_bfmi(good), block_bfmi(bad)])
+    assert per_block[0].min() > 1.5 and per_block[1].max() < 0.05
+    summed_thinned = np.asarray(azs.bfmi((good + bad)[:, 3::4]))
+    assert summed_thinned.min() > 1.0  # what the combined statistic said
+
+
 def test_blocked_fit_matches_the_joint_fit():
     """Same posterior, sampled block by block: means agree within Monte Carlo error."""
     langs = ["en", "de"]
@@ -188,6 +203,7 @@ def test_blocked_fit_matches_the_joint_fit():
     assert set(thinning) == set(langs) and all(1 <= t <= MAX_THIN for t in thinning.values())
     for fit in fits.values():
         assert fit.diagnostics.max_rhat < 1.05, fit.diagnostics.problems
+    assert 0.3 < fits["language"].diagnostics.min_bfmi < 5.0  # per block, unthinned
     for name in ("log_L0", "log_slope", "logit_f", "eta", "b_offdiag", "kappa_offdiag"):
         means, mcse = [], []
         for post in (post_b, post_j):

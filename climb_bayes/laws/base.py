@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from climb_bayes.diagnostics import Diagnostics, compute_diagnostics
 from climb_bayes.discrepancy import Discrepancy
 from climb_bayes.errors import ClimbError
 from climb_bayes.model import reference_budget
@@ -76,6 +77,8 @@ Params = Mapping[str, jax.Array]
 _GTOL = 1e-5
 """L-BFGS-B projected-gradient tolerance of :func:`fit_map` (scipy's default; the CLIMB point
 fit uses a tighter one, at many more iterations)."""
+LAW_MAX_TREE_DEPTH = 10
+"""Tree-depth limit of :func:`fit_nuts` (NumPyro's default; diagnostics count draws at it)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -727,7 +730,6 @@ def fit_nuts(
     ----------
     .. [1] Hoffman & Gelman (2014), "The No-U-Turn Sampler".
     """
-    from numpyro.diagnostics import summary
     from numpyro.infer import MCMC, NUTS, init_to_value
 
     options = options or FitOptions()
@@ -756,7 +758,10 @@ def fit_nuts(
         options.priors,
     )
     kernel = NUTS(
-        model, init_strategy=init_to_value(values=start), target_accept_prob=options.target_accept
+        model,
+        init_strategy=init_to_value(values=start),
+        target_accept_prob=options.target_accept,
+        max_tree_depth=LAW_MAX_TREE_DEPTH,
     )
     chains = max(options.chains, 1)
     mcmc = MCMC(
@@ -773,14 +778,12 @@ def fit_nuts(
         jnp.asarray(point_r),
         jnp.asarray(point_tokens / d_ref),
         jnp.asarray(obs.log_loss),
-        extra_fields=("diverging",),
+        extra_fields=("diverging", "energy", "num_steps"),
     )
     grouped = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))  # dispatch is async
     seconds = time.perf_counter() - t0
-    stats = summary({k: np.asarray(v) for k, v in grouped.items()}, group_by_chain=True)
-    rhat = max(float(np.nanmax(s["r_hat"])) for s in stats.values())
-    ess = min(float(np.nanmin(s["n_eff"])) for s in stats.values())
-    div = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
+    diag = _nuts_diagnostics(grouped, mcmc.get_extra_fields(group_by_chain=True))
+    rhat, ess, div = diag.max_rhat, diag.min_ess_bulk, diag.divergences
     log(
         f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
         f"max R-hat {rhat:.3f}, min ESS {ess:.0f}"
@@ -804,10 +807,32 @@ def fit_nuts(
             "divergences": div,
             "max_rhat": rhat,
             "min_ess": ess,
+            "diagnostics": diag.to_json(),
             "n_fit": obs.n,
             "n_params": law.n_params(m),
         },
     )
+
+
+def _nuts_diagnostics(grouped: dict[str, Any], extra: dict[str, Any]) -> Diagnostics:
+    """R-hat, ESS, divergences, tree depth and E-BFMI of a law's NUTS run by the one path every
+    fit uses (:func:`climb_bayes.diagnostics.compute_diagnostics`, arviz-stats)."""
+    import xarray as xr
+
+    def _da(v: Any) -> xr.DataArray:
+        a = np.asarray(v, dtype=float)
+        dims = ["chain", "draw"] + [f"dim_{i}" for i in range(a.ndim - 2)]
+        return xr.DataArray(a, dims=dims)
+
+    posterior = xr.Dataset({k: _da(v) for k, v in grouped.items()})
+    stats = xr.Dataset(
+        {
+            "diverging": xr.DataArray(np.asarray(extra["diverging"]), dims=["chain", "draw"]),
+            "energy": _da(extra["energy"]),
+            "n_steps": _da(extra["num_steps"]),
+        }
+    )
+    return compute_diagnostics(posterior, stats, LAW_MAX_TREE_DEPTH, list(grouped))
 
 
 def check_groups(names: Sequence[str]) -> None:
