@@ -531,6 +531,172 @@ def _reference(fit: Fit, budget: float) -> dict[str, Any]:
     }
 
 
+RefitGroup = tuple[str, Priors, list[tuple[str, np.ndarray]]]
+"""(group name, priors, [(variant name, per-run weights)]): one set of refits sharing priors."""
+
+
+def _refit_groups(
+    fit: Fit,
+    studies: Sequence[str],
+    *,
+    n_boot: int,
+    n_influential: int,
+    seed: int,
+    prior_sets: dict[str, Callable[[Priors], Priors]] | None,
+    log: Callable[[str], None],
+) -> tuple[list[RefitGroup], list[tuple[str, np.ndarray]], list[str], dict[str, dict]]:
+    """The refits the studies need.
+
+    Returns the groups (``"base"`` first: the fit's priors with the all-data, budget,
+    influence and bootstrap variants; then one group per alternative prior or likelihood),
+    the base variants, the study each base variant belongs to *by position* (variant names
+    come from run ids and can look like any study's: a run ``"the-largest"`` or
+    ``"bootstrap 3"``), and per-study extras (Pareto k, psense, notes).
+    """
+    runs = fit.runs
+    n_runs = runs.n_runs
+    ones = np.ones(n_runs)
+    base_priors = fit.priors
+    extra: dict[str, dict[str, Any]] = {s: {} for s in studies}
+    base_variants = [("all data", ones)]
+    base_study = ["all"]
+    if "budget" in studies:
+        keep = runs.run_budgets < np.max(runs.run_budgets)
+        if keep.sum() == 0:
+            extra["budget"]["note"] = "only one budget: nothing to leave out"
+        else:
+            base_variants.append(("without the largest budget", keep.astype(float)))
+            base_study.append("budget")
+    if "influence" in studies:
+        if fit.n_draws >= 20:
+            k, elpd = run_pareto_k(fit)
+            extra["influence"] |= {
+                "pareto_k": dict(zip(runs.run_ids, k.tolist(), strict=True)),
+                "elpd_loo": elpd,
+                "method": "PSIS-LOO per run",
+            }
+            dropped = np.argsort(-k)[:n_influential]
+        else:
+            extra["influence"]["method"] = "exact leave-one-run-out (point fit)"
+            dropped = np.arange(n_runs)
+        for i in dropped:
+            w = ones.copy()
+            w[i] = 0
+            base_variants.append((f"without {runs.run_ids[i]}", w))
+            base_study.append("influence")
+    if "bootstrap" in studies:
+        rng = np.random.default_rng(seed)
+        for b in range(n_boot):
+            counts = np.bincount(rng.integers(0, n_runs, n_runs), minlength=n_runs)
+            base_variants.append((f"bootstrap {b}", counts.astype(float)))
+            base_study.append("bootstrap")
+    groups: list[RefitGroup] = [("base", base_priors, base_variants)]
+    all_data = [("all data", ones)]
+    if "prior" in studies:
+        for name, make in (prior_sets or ALTERNATIVE_PRIORS).items():
+            groups.append((f"prior: {name}", make(base_priors), all_data))
+        if fit.n_draws >= 20:
+            log("prior: power-scaling sensitivity (psense)")
+            extra["prior"]["psense"] = prior_sensitivity(fit)
+    if "likelihood" in studies:
+        other = "normal" if base_priors.likelihood == "student_t" else "student_t"
+        groups.append((f"likelihood: {other}", base_priors.replace(likelihood=other), all_data))
+        if base_priors.likelihood == "student_t":
+            groups.append(
+                ("likelihood: student_t df 10", base_priors.replace(student_df=10.0), all_data)
+            )
+    return groups, base_variants, base_study, extra
+
+
+def _run_refits(
+    fit: Fit,
+    groups: list[RefitGroup],
+    budget: float,
+    *,
+    refit: str,
+    refit_config: NutsConfig,
+    workers: int,
+    fit_path: str | os.PathLike[str] | None,
+    seed: int,
+    log: Callable[[str], None],
+) -> dict[str, list[dict]]:
+    """Refit every group (NUTS, or modes in parallel worker processes), with progress lines."""
+    t0 = time.perf_counter()
+    n_total = sum(len(v) for _g, _p, v in groups)
+    log(f"{n_total} refits ({REFIT_LABELS[refit]}) in {len(groups)} groups")
+    results: dict[str, list[dict]] = {}
+    if refit == "nuts":
+        for done, (g, p, v) in enumerate(groups, 1):
+            results[g] = _nuts_group(fit, p, v, budget, refit_config, seed)
+            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
+    elif workers > 1:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futs = {
+                g: pool.submit(
+                    _refit_worker,
+                    {
+                        "fit_path": str(fit_path),
+                        "priors": p,
+                        "weights": [_obs_weights(fit, w) for _n, w in v],
+                        "budget": budget,
+                    },
+                )
+                for g, p, v in groups
+            }
+            for done, (g, fut) in enumerate(futs.items(), 1):
+                results[g] = fut.result()
+                log(f"[{done}/{len(groups)}] {g} ({time.perf_counter() - t0:.0f} s)")
+    else:
+        for done, (g, p, v) in enumerate(groups, 1):
+            results[g] = _refit_group(fit, p, [_obs_weights(fit, w) for _n, w in v], budget)
+            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
+    return results
+
+
+def _study_entry(
+    study: str,
+    variants: list[dict],
+    entry: dict[str, Any],
+    rstar_tol: float,
+    loss_tol: float,
+    refit: str,
+) -> dict[str, Any]:
+    """One study's result: its compared variants, verdict line and whether it is flagged."""
+    if study == "bootstrap" and variants:
+        rs = np.array([v["rstar"] for v in variants])
+        ls = np.array([v["loss"] for v in variants])
+        entry["rstar_90"] = [np.quantile(rs, 0.05, 0).tolist(), np.quantile(rs, 0.95, 0).tolist()]
+        entry["loss_90"] = [np.quantile(ls, 0.05, 0).tolist(), np.quantile(ls, 0.95, 0).tolist()]
+        width = float((np.quantile(rs, 0.95, 0) - np.quantile(rs, 0.05, 0)).max())
+        flagged = width > 2 * rstar_tol
+        text = (
+            f"{'SENSITIVE' if flagged else 'robust'}: bootstrap 90% range of r* up to "
+            f"{width:.3f} wide over {len(variants)} resamples"
+        )
+    else:
+        text, flagged = _verdict(study, variants, rstar_tol, loss_tol, refit)
+    if study == "prior":
+        ps = entry.get("psense", {})
+        if ps.get("conflict"):
+            flagged = True
+            text += "; prior-data conflict (psense): " + ", ".join(ps["conflict"])
+    if study == "influence" and "pareto_k" in entry:
+        high = [r for r, k in entry["pareto_k"].items() if k > PARETO_K_MAX]
+        entry["high_pareto_k"] = high
+        if high:
+            text += f"; Pareto k > {PARETO_K_MAX} for run(s) {', '.join(high)}"
+    return entry | {
+        "variants": variants,
+        "verdict": text,
+        "flagged": bool(flagged),
+        "max_rstar_shift": max((v["rstar_shift"] for v in variants), default=0.0),
+        "max_loss_shift": max((v["loss_shift"] for v in variants), default=0.0),
+    }
+
+
 def run_robustness(
     fit: Fit,
     studies: Sequence[str] = STUDIES,
@@ -601,8 +767,6 @@ def run_robustness(
         raise ClimbError("workers > 1 needs the fit's file path (worker processes load it).")
     log = log or (lambda _m: None)
     budget = default_target_budget(fit) if budget is None else float(budget)
-    runs = fit.runs
-    n_runs = runs.n_runs
     t0 = time.perf_counter()
     ref = _reference(fit, budget)
     out: dict[str, Any] = {
@@ -615,174 +779,48 @@ def run_robustness(
         "studies": {},
     }
 
-    # 1. Build refit groups: (study, priors, [(variant name, obs weights)]).
-    ones = np.ones(n_runs)
-    groups: list[tuple[str, Priors, list[tuple[str, np.ndarray]]]] = []
-    base_priors = fit.priors
-    extra: dict[str, dict[str, Any]] = {s: {} for s in studies}
-    base_variants = [("all data", ones)]
-    # the study each base variant belongs to, by position (names come from run ids and can
-    # look like any study's: a run "the-largest" or "bootstrap 3")
-    base_study = ["all"]
-    if "budget" in studies:
-        keep = runs.run_budgets < np.max(runs.run_budgets)
-        if keep.sum() == 0:
-            extra["budget"]["note"] = "only one budget: nothing to leave out"
-        else:
-            base_variants.append(("without the largest budget", keep.astype(float)))
-            base_study.append("budget")
-    if "influence" in studies:
-        if fit.n_draws >= 20:
-            k, elpd = run_pareto_k(fit)
-            extra["influence"] |= {
-                "pareto_k": dict(zip(runs.run_ids, k.tolist(), strict=True)),
-                "elpd_loo": elpd,
-                "method": "PSIS-LOO per run",
-            }
-            order = np.argsort(-k)[:n_influential]
-            for i in order:
-                w = ones.copy()
-                w[i] = 0
-                base_variants.append((f"without {runs.run_ids[i]}", w))
-                base_study.append("influence")
-        else:
-            extra["influence"]["method"] = "exact leave-one-run-out (point fit)"
-            for i in range(n_runs):
-                w = ones.copy()
-                w[i] = 0
-                base_variants.append((f"without {runs.run_ids[i]}", w))
-                base_study.append("influence")
-    if "bootstrap" in studies:
-        rng = np.random.default_rng(seed)
-        for b in range(n_boot):
-            counts = np.bincount(rng.integers(0, n_runs, n_runs), minlength=n_runs)
-            base_variants.append((f"bootstrap {b}", counts.astype(float)))
-            base_study.append("bootstrap")
-    groups.append(("base", base_priors, base_variants))
-    if "prior" in studies:
-        for name, make in (prior_sets or ALTERNATIVE_PRIORS).items():
-            groups.append(
-                (f"prior: {name}", make(base_priors), [("all data", base_variants[0][1])])
-            )
-        if fit.n_draws >= 20:
-            log("prior: power-scaling sensitivity (psense)")
-            extra["prior"]["psense"] = prior_sensitivity(fit)
-    if "likelihood" in studies:
-        other = "normal" if base_priors.likelihood == "student_t" else "student_t"
-        groups.append(
-            (
-                f"likelihood: {other}",
-                base_priors.replace(likelihood=other),
-                [("all data", base_variants[0][1])],
-            )
-        )
-        if base_priors.likelihood == "student_t":
-            groups.append(
-                (
-                    "likelihood: student_t df 10",
-                    base_priors.replace(student_df=10.0),
-                    [("all data", base_variants[0][1])],
-                )
-            )
+    groups, base_variants, base_study, extra = _refit_groups(
+        fit,
+        studies,
+        n_boot=n_boot,
+        n_influential=n_influential,
+        seed=seed,
+        prior_sets=prior_sets,
+        log=log,
+    )
 
-    # 2. Refit (in parallel processes when asked), with progress.
-    n_total = sum(len(v) for _g, _p, v in groups)
-    log(f"{n_total} refits ({REFIT_LABELS[refit]}) in {len(groups)} groups")
-    results: dict[str, list[dict]] = {}
-    if refit == "nuts":
-        for done, (g, p, v) in enumerate(groups, 1):
-            results[g] = _nuts_group(fit, p, v, budget, refit_config, seed)
-            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
-    elif workers > 1:
-        import multiprocessing
+    results = _run_refits(
+        fit,
+        groups,
+        budget,
+        refit=refit,
+        refit_config=refit_config,
+        workers=workers,
+        fit_path=fit_path,
+        seed=seed,
+        log=log,
+    )
 
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futs = {
-                g: pool.submit(
-                    _refit_worker,
-                    {
-                        "fit_path": str(fit_path),
-                        "priors": p,
-                        "weights": [_obs_weights(fit, w) for _n, w in v],
-                        "budget": budget,
-                    },
-                )
-                for g, p, v in groups
-            }
-            for done, (g, fut) in enumerate(futs.items(), 1):
-                results[g] = fut.result()
-                log(f"[{done}/{len(groups)}] {g} ({time.perf_counter() - t0:.0f} s)")
-    else:
-        for done, (g, p, v) in enumerate(groups, 1):
-            results[g] = _refit_group(fit, p, [_obs_weights(fit, w) for _n, w in v], budget)
-            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
-
-    # 3. Compare with the all-data refit.
-    base_names = [n for n, _w in base_variants]
     base = results["base"][0]  # "all data"
     out["base_refit"] = base
-
-    def compare(name: str, res: dict) -> dict:
-        return _compare(name, res, base, ref)
-
+    base_names = [n for n, _w in base_variants]
     for study in studies:
-        entry: dict[str, Any] = dict(extra[study])
-        if study == "prior":
+        if study in ("prior", "likelihood"):  # one refit per alternative group
+            prefix = f"{study}: "
             variants = [
-                compare(g.removeprefix("prior: "), results[g][0])
+                _compare(g.removeprefix(prefix), results[g][0], base, ref)
                 for g, _p, _v in groups
-                if g.startswith("prior: ")
-            ]
-        elif study == "likelihood":
-            variants = [
-                compare(g.removeprefix("likelihood: "), results[g][0])
-                for g, _p, _v in groups
-                if g.startswith("likelihood: ")
+                if g.startswith(prefix)
             ]
         else:  # budget, influence, bootstrap: refits of the base group
             variants = [
-                compare(n, r)
-                for n, s, r in zip(base_names, base_study, results["base"], strict=True)
-                if s == study
+                _compare(n, r, base, ref)
+                for n, st, r in zip(base_names, base_study, results["base"], strict=True)
+                if st == study
             ]
-        if study == "bootstrap" and variants:
-            rs = np.array([v["rstar"] for v in variants])
-            ls = np.array([v["loss"] for v in variants])
-            entry["rstar_90"] = [
-                np.quantile(rs, 0.05, 0).tolist(),
-                np.quantile(rs, 0.95, 0).tolist(),
-            ]
-            entry["loss_90"] = [
-                np.quantile(ls, 0.05, 0).tolist(),
-                np.quantile(ls, 0.95, 0).tolist(),
-            ]
-            width = float((np.quantile(rs, 0.95, 0) - np.quantile(rs, 0.05, 0)).max())
-            flagged = width > 2 * rstar_tol
-            text = (
-                f"{'SENSITIVE' if flagged else 'robust'}: bootstrap 90% range of r* up to "
-                f"{width:.3f} wide over {len(variants)} resamples"
-            )
-        else:
-            text, flagged = _verdict(study, variants, rstar_tol, loss_tol, refit)
-        if study == "prior":
-            ps = entry.get("psense", {})
-            if ps.get("conflict"):
-                flagged = True
-                text += "; prior-data conflict (psense): " + ", ".join(ps["conflict"])
-        if study == "influence" and "pareto_k" in entry:
-            high = [r for r, k in entry["pareto_k"].items() if k > PARETO_K_MAX]
-            entry["high_pareto_k"] = high
-            if high:
-                text += f"; Pareto k > {PARETO_K_MAX} for run(s) {', '.join(high)}"
-        entry |= {
-            "variants": variants,
-            "verdict": text,
-            "flagged": bool(flagged),
-            "max_rstar_shift": max((v["rstar_shift"] for v in variants), default=0.0),
-            "max_loss_shift": max((v["loss_shift"] for v in variants), default=0.0),
-        }
-        out["studies"][study] = entry
+        out["studies"][study] = _study_entry(
+            study, variants, dict(extra[study]), rstar_tol, loss_tol, refit
+        )
 
     flagged = [s for s, e in out["studies"].items() if e["flagged"]]
     lines = [
