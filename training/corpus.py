@@ -131,7 +131,13 @@ def _read_jsonl(path: Path) -> list[str]:
 
 
 def _read_parquet(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TrainingError(
+            f"{path}: reading Parquet needs pyarrow, which is not installed. Fix: "
+            f"pip install pyarrow (or convert the files to .jsonl / .jsonl.xz)."
+        ) from None
 
     try:
         table = pq.read_table(path, columns=["text"])

@@ -1,9 +1,12 @@
 """Sweep data: tokenizer, fixed validation blocks and training token streams per language.
 
 :func:`prepare_data` runs once per sweep (in the launching process) and caches everything under
-``OUT/data/<key>/`` as ``.npy`` files, so every run, worker process and Slurm task reads the same
-tokens. ``key`` hashes the tokenizer, the corpus files, the seed, ``seq_len`` and the validation
-size: the validation blocks depend on nothing else, so all runs of a sweep share them.
+``OUT/data/<key>/``: validation blocks as ``<lang>.val.npy``, training streams as memory-mapped
+uint32 shards ``<lang>/train-NNNNN.u32`` with ``<lang>/index.json`` (:mod:`training.token_shards`;
+written batch by batch, never concatenated in memory), and ``<lang>.json`` last. Every run,
+worker process and Slurm task reads the same tokens. ``key`` hashes the tokenizer, the corpus
+files, the seed, ``seq_len``, the validation size and the cache format: the validation blocks
+depend on nothing else, so all runs of a sweep share them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from training import token_shards
 from training.atomic import atomic_path, atomic_write_json
 from training.corpus import (
     corpus_fingerprint,
@@ -26,10 +30,12 @@ from training.corpus import (
     split_validation,
 )
 from training.errors import TrainingError
+from training.token_shards import INDEX_NAME, TokenShards, TokenShardWriter
 from training.tokenizer import (
     balanced_sample,
     check_reused_tokenizer,
     encode_documents,
+    encode_with_lengths,
     load_tokenizer,
     tokenizer_meta,
     train_tokenizer,
@@ -37,7 +43,7 @@ from training.tokenizer import (
 
 __all__ = ["LanguageData", "SweepData", "prepare_data", "load_data"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: training streams as uint32 token shards (was one .npy)
 
 
 @dataclass
@@ -50,7 +56,8 @@ class LanguageData:
         ``(n_blocks, seq_len)`` held-out validation tokens.
     train
         Training stream: the training documents (in the fixed document order), each followed by
-        end-of-text, at least as long as the largest budget of the sweep or the whole text.
+        end-of-text, at least as long as the largest budget of the sweep or the whole text;
+        memory-mapped uint32 shards read as one array (:class:`training.token_shards.TokenShards`).
     available
         Training tokens the corpus holds for this language, or ``None`` when the stream was cut
         at the sweep's largest need before the text ran out.
@@ -58,7 +65,7 @@ class LanguageData:
 
     lang: str
     val_blocks: np.ndarray
-    train: np.ndarray
+    train: TokenShards
     available: int | None
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -100,6 +107,7 @@ def prepare_data(
     tokenizer_sample_chars: int = 2_000_000,
     corpus_map: Mapping[str, str] | None = None,
     log: Callable[[str], None] = lambda s: None,
+    shard_tokens: int | None = None,
 ) -> SweepData:
     """Build (or reuse) the tokenizer and the per-language token caches of a sweep.
 
@@ -128,7 +136,13 @@ def prepare_data(
         ``{lang: relative path}`` overrides for :func:`training.corpus.find_language_files`.
     log
         Progress callback.
+    shard_tokens
+        Tokens per training shard file (default
+        :data:`training.token_shards.DEFAULT_SHARD_TOKENS`, 64 Mi tokens = 256 MiB); the
+        stream's content does not depend on it, so it is not part of the cache key.
     """
+    if shard_tokens is None:
+        shard_tokens = token_shards.DEFAULT_SHARD_TOKENS
     out = Path(out_dir)
     files = {lang: find_language_files(corpus_dir, lang, corpus_map) for lang in languages}
     out.mkdir(parents=True, exist_ok=True)
@@ -192,39 +206,45 @@ def prepare_data(
 
     for lang in languages:
         meta_path = data_dir / f"{lang}.json"
-        if meta_path.is_file():
+        if meta_path.is_file() and (data_dir / lang / INDEX_NAME).is_file():
             meta = json.loads(meta_path.read_text())
             if meta["available"] is not None or meta["train_tokens"] >= need.get(lang, 0):
                 continue
+        meta_path.unlink(missing_ok=True)  # written again last, once the shards are complete
         docs = docs_of(lang)
         order = orders[lang]
         n_val_docs = split_validation(docs, order, n_val_blocks * seq_len, count_tokens, lang)
         val = encode_documents(tok, [docs[i] for i in order[:n_val_docs]], eos_id)
         val_blocks = val[: n_val_blocks * seq_len].reshape(n_val_blocks, seq_len)
         target = int(need.get(lang, 0))
-        parts: list[np.ndarray] = []
         got = 0
         pos = n_val_docs
         chunk = 256
-        while pos < len(order) and got < target:
-            arr = encode_documents(tok, [docs[i] for i in order[pos : pos + chunk]], eos_id)
-            parts.append(arr)
-            got += arr.shape[0]
-            pos += chunk
-        exhausted = pos >= len(order)
-        if exhausted:
-            pos = len(order)
-        train = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-        if train.shape[0] == 0 and target > 0:
-            raise TrainingError(
-                f"language {lang!r}: no training text left after holding out "
-                f"{n_val_docs} validation documents. Fix: lower --val-tokens or add documents."
-            )
+        writer = TokenShardWriter(
+            data_dir / lang,
+            shard_tokens=shard_tokens,
+            meta={"lang": lang, "vocab_size": len(tok), "eos_id": eos_id},
+        )
+        with writer:  # a failure leaves no index.json: the language is rebuilt next time
+            while pos < len(order) and got < target:
+                arr, lengths = encode_with_lengths(
+                    tok, [docs[i] for i in order[pos : pos + chunk]], eos_id
+                )
+                writer.write(arr, lengths)
+                got += arr.shape[0]
+                pos += chunk
+            exhausted = pos >= len(order)
+            if exhausted:
+                pos = len(order)
+            if got == 0 and target > 0:
+                raise TrainingError(
+                    f"language {lang!r}: no training text left after holding out "
+                    f"{n_val_docs} validation documents. Fix: lower --val-tokens or add documents."
+                )
+            index = writer.close(exhausted=exhausted)
         n_sample = sample_docs.get(lang, 0)
         overlap = bool(n_sample) and n_val_docs + n_sample > len(order)
-        dtype = np.uint16 if len(tok) <= np.iinfo(np.uint16).max else np.int32
         _atomic_save_npy(data_dir / f"{lang}.val.npy", val_blocks.astype(np.int32))
-        _atomic_save_npy(data_dir / f"{lang}.train.npy", train.astype(dtype))
         meta = {
             "lang": lang,
             "files": [str(p) for p in files[lang]],
@@ -232,14 +252,16 @@ def prepare_data(
             "n_val_docs": n_val_docs,
             "n_train_docs_tokenised": pos - n_val_docs,
             "val_tokens": int(val_blocks.size),
-            "train_tokens": int(train.shape[0]),
-            "available": int(train.shape[0]) if exhausted else None,
+            "train_tokens": int(got),
+            "train_shards": len(index["shards"]),
+            "available": int(got) if exhausted else None,
             "validation_in_tokenizer_sample": overlap,
         }
         atomic_write_json(meta_path, meta, sort_keys=True)
         log(
             f"  {lang}: {len(order)} docs, {n_val_docs} held out ({val_blocks.size} val tokens), "
-            f"{train.shape[0]} training tokens {'(all)' if exhausted else '(enough)'}"
+            f"{got} training tokens {'(all)' if exhausted else '(enough)'} in "
+            f"{len(index['shards'])} shard(s)"
         )
     return load_data(data_dir)
 
@@ -255,7 +277,7 @@ def load_data(data_dir: str | Path) -> SweepData:
             langs[lang] = LanguageData(
                 lang=lang,
                 val_blocks=np.load(data_dir / f"{lang}.val.npy"),
-                train=np.load(data_dir / f"{lang}.train.npy", mmap_mode="r"),
+                train=TokenShards(data_dir / lang),
                 available=lmeta["available"],
                 info=lmeta,
             )

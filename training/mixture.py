@@ -122,7 +122,8 @@ def batch_arrays(
     blocks
         ``(b, 3)`` rows of :attr:`Mixture.blocks`.
     streams
-        Training token stream per language index; positions past its end wrap around (repeat).
+        Training token stream per language index (an array or a memory-mapped
+        :class:`training.token_shards.TokenShards`); positions past its end wrap around (repeat).
     seq_len
         Block length.
     pad_id
@@ -138,7 +139,11 @@ def batch_arrays(
     labels = np.full((b, seq_len), -100, dtype=np.int64)
     for j, (k, start, length) in enumerate(blocks.tolist()):
         s = streams[k]
-        pos = np.arange(start, start + length) % s.shape[0]
-        ids[j, :length] = s[pos]
-        labels[j, :length] = s[pos]
+        n = s.shape[0]
+        if start + length <= n:  # a plain slice: the common case, no wrap-around
+            tok = s[start : start + length]
+        else:
+            tok = s[np.arange(start, start + length) % n]
+        ids[j, :length] = tok
+        labels[j, :length] = tok
     return ids, labels, blocks[:, 0].copy()

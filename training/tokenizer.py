@@ -26,6 +26,7 @@ __all__ = [
     "tokenizer_meta",
     "load_tokenizer",
     "encode_documents",
+    "encode_with_lengths",
 ]
 
 EOS_TOKEN = "<|endoftext|>"
@@ -195,12 +196,23 @@ def load_tokenizer(path: str | Path) -> Any:
 
 def encode_documents(tok: Any, docs: Sequence[str], eos_id: int) -> np.ndarray:
     """Token ids of ``docs``, each followed by ``eos_id``, concatenated (int32)."""
+    return encode_with_lengths(tok, docs, eos_id)[0]
+
+
+def encode_with_lengths(
+    tok: Any, docs: Sequence[str], eos_id: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`encode_documents`, plus each document's length (its tokens + end-of-text).
+
+    The batch is encoded by the Rust tokenizer, which spreads it over the CPU cores.
+    """
     if not docs:
-        return np.zeros(0, dtype=np.int32)
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
     encs = tok.backend_tokenizer.encode_batch(list(docs), add_special_tokens=False)
     parts: list[np.ndarray] = []
     eos = np.array([eos_id], dtype=np.int32)
     for e in encs:
         parts.append(np.asarray(e.ids, dtype=np.int32))
         parts.append(eos)
-    return np.concatenate(parts)
+    lengths = np.array([len(e.ids) + 1 for e in encs], dtype=np.int64)
+    return np.concatenate(parts), lengths
