@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from climb_bayes.convergence import law_problems
+from climb_bayes.diagnostics import Diagnostics
 from climb_bayes.errors import ClimbError
 from climb_bayes.laws import FitOptions, Observations, fit_map, fit_nuts, get_law, parse_laws
 from climb_bayes.laws.climb import ClimbLaw, lawfit_from_fit
@@ -260,3 +262,21 @@ def test_shipped_family_table_pools_known_languages_only(tmp_path):
     assert choice.mapping == {"ru": "east", "ja": "east"} and choice.source == "fam.json"
     with pytest.raises(ClimbError, match="not found"):
         resolve_families(tmp_path / "missing.csv", groups)
+
+
+def test_nuts_diagnostics_of_a_law_with_parameters_of_different_sizes():
+    """The DML samples ``t_free`` of shape (m - 1, m) next to per-group sites: the one
+    diagnostics path (arviz-stats, as CLIMB's) must keep their dimensions apart (sharing one
+    ``dim_0`` crashed the default fit)."""
+    t = np.array([[-1.5, 0.5, 0.3], [0.7, -2.0, 0.2]])
+    truth = {
+        "log_c": np.log([1.5, 1.8, 1.2]),
+        "log_k": np.log([0.9, 0.7, 1.1]),
+        "t_free": t,
+        "alpha": np.array([0.3, 0.25, 0.4]),
+    }
+    obs, law = simulate(DMLLaw(), truth)
+    fit = fit_nuts(law, obs, FitOptions(n_starts=1, chains=2, warmup=100, samples=100))
+    diag = Diagnostics.from_json(fit.info["diagnostics"])
+    assert diag.n_draws == 100 and diag.max_rhat == fit.info["max_rhat"]
+    assert law_problems(fit.info) == [p.split(": ")[0] for p in diag.problems]

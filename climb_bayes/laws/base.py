@@ -819,17 +819,18 @@ def _nuts_diagnostics(grouped: dict[str, Any], extra: dict[str, Any]) -> Diagnos
     fit uses (:func:`climb_bayes.diagnostics.compute_diagnostics`, arviz-stats)."""
     import xarray as xr
 
-    def _da(v: Any) -> xr.DataArray:
+    def _da(name: str, v: Any) -> xr.DataArray:  # own dims per site: sizes differ (MSL)
         a = np.asarray(v, dtype=float)
-        dims = ["chain", "draw"] + [f"dim_{i}" for i in range(a.ndim - 2)]
-        return xr.DataArray(a, dims=dims)
+        return xr.DataArray(
+            a, dims=["chain", "draw"] + [f"{name}_dim_{i}" for i in range(a.ndim - 2)]
+        )
 
-    posterior = xr.Dataset({k: _da(v) for k, v in grouped.items()})
+    posterior = xr.Dataset({k: _da(k, v) for k, v in grouped.items()})
     stats = xr.Dataset(
         {
             "diverging": xr.DataArray(np.asarray(extra["diverging"]), dims=["chain", "draw"]),
-            "energy": _da(extra["energy"]),
-            "n_steps": _da(extra["num_steps"]),
+            "energy": _da("energy", extra["energy"]),
+            "n_steps": _da("n_steps", extra["num_steps"]),
         }
     )
     return compute_diagnostics(posterior, stats, LAW_MAX_TREE_DEPTH, list(grouped))
