@@ -280,3 +280,5 @@ def test_nuts_diagnostics_of_a_law_with_parameters_of_different_sizes():
     diag = Diagnostics.from_json(fit.info["diagnostics"])
     assert diag.n_draws == 100 and diag.max_rhat == fit.info["max_rhat"]
     assert law_problems(fit.info) == [p.split(": ")[0] for p in diag.problems]
+    for label in diag.worst_parameters:  # per-group axes named by group: "log_c[b]"
+        assert set(label[label.index("[") + 1 : -1].split(",")) & set(GROUPS), label

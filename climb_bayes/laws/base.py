@@ -782,7 +782,7 @@ def fit_nuts(
     )
     grouped = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))  # dispatch is async
     seconds = time.perf_counter() - t0
-    diag = _nuts_diagnostics(grouped, mcmc.get_extra_fields(group_by_chain=True))
+    diag = _nuts_diagnostics(grouped, mcmc.get_extra_fields(group_by_chain=True), obs.groups)
     rhat, ess, div = diag.max_rhat, diag.min_ess_bulk, diag.divergences
     log(
         f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
@@ -814,16 +814,20 @@ def fit_nuts(
     )
 
 
-def _nuts_diagnostics(grouped: dict[str, Any], extra: dict[str, Any]) -> Diagnostics:
+def _nuts_diagnostics(
+    grouped: dict[str, Any], extra: dict[str, Any], groups: Sequence[str]
+) -> Diagnostics:
     """R-hat, ESS, divergences, tree depth and E-BFMI of a law's NUTS run by the one path every
-    fit uses (:func:`climb_bayes.diagnostics.compute_diagnostics`, arviz-stats)."""
+    fit uses (:func:`climb_bayes.diagnostics.compute_diagnostics`, arviz-stats); an axis of
+    length ``len(groups)`` is labelled with the group names (``log_B[ja]``)."""
     import xarray as xr
 
-    def _da(name: str, v: Any) -> xr.DataArray:  # own dims per site: sizes differ (MSL)
+    def _da(name: str, v: Any) -> xr.DataArray:  # own dims per site: sizes differ (DML)
         a = np.asarray(v, dtype=float)
-        return xr.DataArray(
-            a, dims=["chain", "draw"] + [f"{name}_dim_{i}" for i in range(a.ndim - 2)]
-        )
+        dims = ["chain", "draw"] + [f"{name}_dim_{i}" for i in range(a.ndim - 2)]
+        coords = {d: list(groups) for d, n in zip(dims, a.shape, strict=True)
+                  if d.startswith(f"{name}_dim_") and n == len(groups)}  # fmt: skip
+        return xr.DataArray(a, dims=dims, coords=coords)
 
     posterior = xr.Dataset({k: _da(k, v) for k, v in grouped.items()})
     stats = xr.Dataset(
