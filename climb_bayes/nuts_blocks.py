@@ -424,8 +424,9 @@ def _thinned_stats(stats: dict[str, np.ndarray], thin: int) -> dict[str, np.ndar
 
 def _sample_block(
     kernel: Callable, block: ModelData, key: jax.Array, priors: Priors, config: NutsConfig
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
-    """Warm up and sample one block: latent draws, per-draw statistics and the thinning."""
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int, np.ndarray]:
+    """Warm up and sample one block: latent draws, per-draw statistics, the thinning and the
+    block's E-BFMI per chain (:func:`block_bfmi`, on every iteration)."""
     init_key, run_key = jax.random.split(key)
     z = chain_inits(init_key, block, priors, config.chains)  # prior-centre start
     counter = iter(range(1 << 30))
@@ -451,8 +452,7 @@ def _sample_block(
     )
     values = from_unconstrained(jax.tree.map(lambda x: x[:, thin - 1 :: thin], draws))
     stats = dict(zip(EXTRA_FIELDS, stats, strict=True))
-    bfmi = block_bfmi(stats["energy"])
-    return values, _thinned_stats(stats, thin) | {"bfmi": bfmi}, thin
+    return values, _thinned_stats(stats, thin), thin, block_bfmi(stats["energy"])
 
 
 def block_bfmi(energy: np.ndarray) -> np.ndarray:
@@ -522,10 +522,10 @@ def run_blocked_nuts(
     thinning, bfmi = [], []
     for i, block in enumerate(blocks):
         block_key = jax.random.fold_in(key, i)
-        values, stats, thin = _sample_block(kernel, block, block_key, priors, config)
+        values, stats, thin, block_ebfmi = _sample_block(kernel, block, block_key, priors, config)
         for n in names:
             latent[n].append(values[n])
-        bfmi.append(stats.pop("bfmi"))
+        bfmi.append(block_ebfmi)
         for n, value in stats.items():
             extra[n].append(value)
         thinning.append(thin)

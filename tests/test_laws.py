@@ -100,14 +100,17 @@ def test_msl_recovers_its_parameters_and_skips_zero_shares():
     _assert_close(fit, truth, ["beta", "gamma"], 0.03)
 
 
+DML_TRUTH = {
+    "log_c": np.log([1.5, 1.8, 1.2]),
+    "log_k": np.log([0.9, 0.7, 1.1]),
+    "t_free": np.array([[-1.5, 0.5, 0.3], [0.7, -2.0, 0.2]]),
+    "alpha": np.array([0.3, 0.25, 0.4]),
+}
+"""A 3-group Data Mixing Law world with the budget term (reference units)."""
+
+
 def test_dml_recovers_its_parameters_with_budget_term():
-    t = np.array([[-1.5, 0.5, 0.3], [0.7, -2.0, 0.2]])
-    truth = {
-        "log_c": np.log([1.5, 1.8, 1.2]),
-        "log_k": np.log([0.9, 0.7, 1.1]),
-        "t_free": t,
-        "alpha": np.array([0.3, 0.25, 0.4]),
-    }
+    truth, t = DML_TRUTH, DML_TRUTH["t_free"]
     obs, law = simulate(DMLLaw(), truth, zero_shares=True)
     assert law.budget_term is True
     fit = fit_map(law, obs, OPTS, d_ref=D_REF)
@@ -268,13 +271,7 @@ def test_nuts_diagnostics_of_a_law_with_parameters_of_different_sizes():
     """The DML samples ``t_free`` of shape (m - 1, m) next to per-group sites: the one
     diagnostics path (arviz-stats, as CLIMB's) must keep their dimensions apart (sharing one
     ``dim_0`` crashed the default fit)."""
-    t = np.array([[-1.5, 0.5, 0.3], [0.7, -2.0, 0.2]])
-    truth = {
-        "log_c": np.log([1.5, 1.8, 1.2]),
-        "log_k": np.log([0.9, 0.7, 1.1]),
-        "t_free": t,
-        "alpha": np.array([0.3, 0.25, 0.4]),
-    }
+    truth = DML_TRUTH
     obs, law = simulate(DMLLaw(), truth)
     fit = fit_nuts(law, obs, FitOptions(n_starts=1, chains=2, warmup=100, samples=100))
     diag = Diagnostics.from_json(fit.info["diagnostics"])
