@@ -11,7 +11,7 @@ out-of-sample for the prior) -- and every law:
 
 1. fit the law on the checkpoints up to ``--fit-fraction`` of the last step;
 2. measure its actual discrepancy ``tau_actual``: the posterior of the discrepancy model
-   (:mod:`climb_bayes.discrepancy`) given the residuals of that fit's predictive at the later
+   (:mod:`climb_bayes.model.discrepancy`) given the residuals of that fit's predictive at the later
    checkpoints (a wide prior, median 0.03, log-sd 2);
 3. measure what the user's own data would have said: ``tau_lfo``, the same posterior from the
    leave-future-out refits *inside* the fitted checkpoints (Laplace refits, as
@@ -37,21 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import climb_bayes  # noqa: E402
-from climb_bayes.discrepancy import (  # noqa: E402
-    DiscrepancyPrior,
-    LfoResiduals,
-    calibrate,
-    discrepancy_distance,
-)
-from climb_bayes.ensemble import EnsembleOptions, fit_ensemble  # noqa: E402
-from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
-from climb_bayes.laws.base import budget_range  # noqa: E402
-from climb_bayes.predictive import predictive_parts  # noqa: E402
-from climb_bayes.published import (  # noqa: E402
+from climb_bayes.data.observations import budget_range  # noqa: E402
+from climb_bayes.data.published import (  # noqa: E402
     SMALL_MIX_GROUPS,
     TOKENS_PER_STEP,
     load_mixinglaws,
     shared_data_dir,
+)
+from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble  # noqa: E402
+from climb_bayes.inference.predictive import predictive_parts  # noqa: E402
+from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
+from climb_bayes.model.discrepancy import (  # noqa: E402
+    DiscrepancyPrior,
+    LfoResiduals,
+    calibrate,
+    discrepancy_distance,
 )
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts

@@ -55,7 +55,7 @@ def main() -> int:
     ap.add_argument("--chains", type=int, default=2)
     args = ap.parse_args()
 
-    from climb_bayes.datasets import dataset_path
+    from climb_bayes.data.datasets import dataset_path
 
     path = str(dataset_path(args.dataset))
     hold = ["--holdout", "run_id~holdout"]

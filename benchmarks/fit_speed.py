@@ -22,13 +22,13 @@ import jax
 from numpyro.infer.util import initialize_model
 
 import climb_bayes  # noqa: E402
-from climb_bayes.design import algorithm1_design
-from climb_bayes.fitting import fit_runs
-from climb_bayes.model import climb_model, model_data
-from climb_bayes.nuts import NutsConfig
-from climb_bayes.priors import Priors
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import example_params, simulate_runs
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.inference.fitting import fit_runs
+from climb_bayes.inference.nuts import NutsConfig
+from climb_bayes.model.climb_model import climb_model, model_data
+from climb_bayes.model.priors import Priors
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 

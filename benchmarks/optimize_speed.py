@@ -1,11 +1,12 @@
 """Speed and accuracy of the batched mixture solver against scipy trust-constr per draw.
 
 For each (draws, languages) configuration: synthetic posterior draws
-(:func:`climb_bayes.simulate.example_draws`), the direct minimiser of the weighted loss and the
+(:func:`climb_bayes.model.simulate.example_draws`), the direct minimiser of the weighted loss and
+the
 paper's two-step solution at a target budget, solved
 
-* all draws at once with the fast path (:func:`climb_bayes.solvers.direct_batch`,
-  :func:`~climb_bayes.solvers.two_step_batch`; compile time reported separately), and
+* all draws at once with the fast path (:func:`climb_bayes.decisions.solvers.direct_batch`,
+  :func:`~climb_bayes.decisions.solvers.two_step_batch`; compile time reported separately), and
 * one draw at a time with scipy ``trust-constr`` (the paper's trust-region interior-point
   method) on a subset of the draws, its time extrapolated to all draws.
 
@@ -30,13 +31,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import climb_bayes  # noqa: E402
-from climb_bayes.simulate import example_draws  # noqa: E402
-from climb_bayes.solvers import (  # noqa: E402
+from climb_bayes.decisions.solvers import (  # noqa: E402
     direct_batch,
     direct_trust_constr,
     two_step_batch,
     two_step_trust_constr,
 )
+from climb_bayes.model.simulate import example_draws  # noqa: E402
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 

@@ -3,15 +3,15 @@
 Simulates the paper's Algorithm-1 design (``3 m`` runs per budget) from a fixed world that is
 *not* drawn from the prior, fits CLIMB by NUTS under each prior variant, and prints how many of
 the true parameters (and of the true optimal shares ``r*`` at 1e12 tokens) fall inside the 90%
-posterior intervals (:func:`climb_bayes.recovery.parameter_recovery`). Worlds:
+posterior intervals (:func:`climb_bayes.evaluation.recovery.parameter_recovery`). Worlds:
 
 * ``5``: the shipped synthetic world (``climb_bayes/data/synthetic_params.json``: en, de, ru,
   zh, ja);
-* ``16``: :func:`climb_bayes.simulate.example_params` for 16 languages (seed 0), the size at
+* ``16``: :func:`climb_bayes.model.simulate.example_params` for 16 languages (seed 0), the size at
   which the transfer prior's volume effect grows (``2 m (m - 1) = 480`` transfer parameters);
   NUTS samples it one language block at a time (``--blocks auto``).
 
-Prior variants are ``key=value`` overrides of :class:`climb_bayes.priors.Priors` separated by
+Prior variants are ``key=value`` overrides of :class:`climb_bayes.model.priors.Priors` separated by
 ``;`` (``default`` is the shipped priors). docs/model.md shows this table. Usage::
 
     python benchmarks/parameter_recovery.py --languages 5   # default vs transfer_prior=natural
@@ -39,11 +39,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import climb_bayes  # noqa: E402
-from climb_bayes.design import algorithm1_design  # noqa: E402
-from climb_bayes.nuts import NutsConfig  # noqa: E402
-from climb_bayes.priors import Priors  # noqa: E402
-from climb_bayes.recovery import FAMILIES, parameter_recovery  # noqa: E402
-from climb_bayes.simulate import TrueParams, example_params  # noqa: E402
+from climb_bayes.data.design import algorithm1_design  # noqa: E402
+from climb_bayes.evaluation.recovery import FAMILIES, parameter_recovery  # noqa: E402
+from climb_bayes.inference.nuts import NutsConfig  # noqa: E402
+from climb_bayes.model.priors import Priors  # noqa: E402
+from climb_bayes.model.simulate import TrueParams, example_params  # noqa: E402
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 

@@ -23,7 +23,8 @@ pipeline (``--pipeline``)
     The predictive ``climb-bayes fit`` ships, scored on the same 5Mix splits: every law with its
     extrapolation discrepancy learned from leave-future-out folds *inside* the fitted
     checkpoints, and the stacked predictive, per extrapolation ratio ``D / D_fit``
-    (:func:`climb_bayes.lfo_evaluate.evaluate_extrapolation`). These are the intervals a user
+    (:func:`climb_bayes.evaluation.lfo_evaluate.evaluate_extrapolation`). These are the intervals a
+    user
     gets; the first table's rows are the laws' bare posteriors.
 """
 
@@ -39,11 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import climb_bayes  # noqa: E402
-from climb_bayes.ensemble import EnsembleOptions  # noqa: E402
-from climb_bayes.evaluation import EvalRow, evaluate_laws, format_table  # noqa: E402
+from climb_bayes.data.published import load_5mix, load_regmix, shared_data_dir  # noqa: E402
+from climb_bayes.evaluation.holdout_scores import EvalRow, evaluate_laws, format_table  # noqa: E402
+from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation, format_lfo_table  # noqa: E402
+from climb_bayes.inference.ensemble import EnsembleOptions  # noqa: E402
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
-from climb_bayes.lfo_evaluate import evaluate_extrapolation, format_lfo_table  # noqa: E402
-from climb_bayes.published import load_5mix, load_regmix, shared_data_dir  # noqa: E402
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 

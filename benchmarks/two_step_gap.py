@@ -4,9 +4,9 @@ For each world (a fitted law at its posterior medians, or the shipped synthetic 
 target budget, solves
 
 * the **direct** minimiser of the equally weighted loss ``sum_i w_i L_i(D, r)``
-  (:func:`climb_bayes.solvers.direct_batch`), and
+  (:func:`climb_bayes.decisions.solvers.direct_batch`), and
 * the paper's **two-step** solution (direction ``p``, then the penalised magnitude problem,
-  Eq. 8; :func:`climb_bayes.solvers.two_step_batch`) for each ``rho`` in ``--rho``,
+  Eq. 8; :func:`climb_bayes.decisions.solvers.two_step_batch`) for each ``rho`` in ``--rho``,
 
 and prints the extra weighted loss (nats/token) of the two-step solution and of the uniform
 mixture over the direct optimum, plus the largest share difference to the direct optimum.
@@ -34,9 +34,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import climb_bayes  # noqa: E402
-from climb_bayes.law import LawParams  # noqa: E402
-from climb_bayes.optimization import median_params  # noqa: E402
-from climb_bayes.solvers import direct_batch, two_step_batch, weighted_loss  # noqa: E402
+from climb_bayes.decisions.optimization import median_params  # noqa: E402
+from climb_bayes.decisions.solvers import direct_batch, two_step_batch, weighted_loss  # noqa: E402
+from climb_bayes.model.law import LawParams  # noqa: E402
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
@@ -78,10 +78,10 @@ def gap_rows(name: str, params: LawParams, budgets, rhos) -> list[dict]:
 
 
 def _default_map() -> LawParams:
-    from climb_bayes.datasets import dataset_path, default_dataset
-    from climb_bayes.fitting import fit_runs
-    from climb_bayes.priors import Priors
-    from climb_bayes.runs import read_runs
+    from climb_bayes.data.datasets import dataset_path, default_dataset
+    from climb_bayes.data.runs import read_runs
+    from climb_bayes.inference.fitting import fit_runs
+    from climb_bayes.model.priors import Priors
 
     runs = read_runs(dataset_path(default_dataset()))
     fit = fit_runs(runs, Priors(), method="map", seed=0)
@@ -104,14 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     rhos = [float(x) for x in args.rho.split(",")]
     t0 = time.perf_counter()
     if args.fit is not None:
-        from climb_bayes.fitresult import load_fit
+        from climb_bayes.inference.fitresult import load_fit
 
         fit = load_fit(args.fit)
         fitted = (f"{args.fit.name} (posterior medians)", median_params(fit.law_draws()))
     else:
         fitted = ("default data (MAP)", _default_map())
     worlds = [(*fitted, chosen or [1e6, 1e9, 1e12])]
-    from climb_bayes.simulate import TrueParams
+    from climb_bayes.model.simulate import TrueParams
 
     truth = TrueParams.read(DATA / "synthetic_params.json").law()
     truth = LawParams(*(np.asarray(x)[None] for x in truth))

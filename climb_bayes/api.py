@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from climb_bayes.constraints import Constraints
-from climb_bayes.datasets import dataset_path
-from climb_bayes.design import algorithm1_design, holdout_design
+from climb_bayes.data.datasets import dataset_path
+from climb_bayes.data.design import algorithm1_design, holdout_design
+from climb_bayes.data.runs import RunsData, read_runs
+from climb_bayes.decisions.constraints import Constraints
 from climb_bayes.errors import ClimbError
-from climb_bayes.fitresult import Fit, load_fit
-from climb_bayes.priors import Priors, load_priors
-from climb_bayes.runs import RunsData, read_runs
+from climb_bayes.inference.fitresult import Fit, load_fit
+from climb_bayes.model.priors import Priors, load_priors
 from climb_bayes.runtime import setup_jax
 
 __all__ = [
@@ -125,10 +125,10 @@ def fit(
     ('en', 'de', 'ru', 'zh', 'ja')
     """
     setup_jax()
-    from climb_bayes.ensemble import EnsembleOptions
+    from climb_bayes.inference.ensemble import EnsembleOptions
+    from climb_bayes.inference.nuts import NutsConfig
+    from climb_bayes.inference.pipeline import fit_runs_ensemble
     from climb_bayes.laws.families import describe_families, resolve_families
-    from climb_bayes.nuts import NutsConfig
-    from climb_bayes.pipeline import fit_runs_ensemble
 
     config = NutsConfig(
         chains=chains,
@@ -231,7 +231,7 @@ def predict(
     10
     """
     setup_jax()
-    from climb_bayes.prediction import ensemble_table
+    from climb_bayes.decisions.prediction import ensemble_table
 
     rows = _mixture_rows(mixtures, fit.languages)
     ens = fit.ensemble()
@@ -280,7 +280,7 @@ def optimize(
     OptimizeResult
         ``bayes`` (the recommendation), per-draw optima ``direct`` and ``stacked``, the
         two-step reference, comparisons with baselines (``comparisons``); see
-        :class:`climb_bayes.optimization.OptimizeResult`.
+        :class:`climb_bayes.decisions.optimization.OptimizeResult`.
 
     Examples
     --------
@@ -292,7 +292,7 @@ def optimize(
     1.0
     """
     setup_jax()
-    from climb_bayes.optimization import optimize_mixture
+    from climb_bayes.decisions.optimization import optimize_mixture
 
     langs = fit.languages
     if weights is None:
@@ -370,9 +370,10 @@ def evaluate(
     True
     """
     setup_jax()
-    from climb_bayes.evaluation import evaluate_laws, rows_to_json
-    from climb_bayes.holdout import holdout_mask
-    from climb_bayes.laws.base import FitOptions, Observations
+    from climb_bayes.data.holdout import holdout_mask
+    from climb_bayes.data.observations import Observations
+    from climb_bayes.evaluation.holdout_scores import evaluate_laws, rows_to_json
+    from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.families import resolve_families
     from climb_bayes.laws.registry import parse_laws
 

@@ -14,7 +14,7 @@ Why each setting:
   that differ in the fourth decimal do not survive float32: ``(D r)^-beta`` at ``D = 1e12``
   loses ~4 digits to cancellation in the transfer term, and NUTS step-size adaptation on
   log-losses with a noise of 1e-3 stalls. The language-block sampler switches to float32 on
-  purpose where it is safe (:mod:`climb_bayes.nuts_blocks`).
+  purpose where it is safe (:mod:`climb_bayes.inference.nuts_blocks`).
 * **Host devices** (``numpyro.set_host_device_count``). XLA sees one CPU device by default, so
   NUTS chains run one after another; with one device per core (at least 4, so that the default
   4 chains get one each) NumPyro runs them in parallel (``chain_method="parallel"``). This only

@@ -4,12 +4,13 @@
 found by ``examples/pilot_regime.py`` (docs/training.md, "Pilot"):
 
 * the CLIMB paper's **Algorithm 1** as ``climb-bayes plan`` writes it
-  (:func:`climb_bayes.design.algorithm1_design`, seed 0, the paper's 15-value share grid): per
+  (:func:`climb_bayes.data.design.algorithm1_design`, seed 0, the paper's 15-value share grid): per
   language one monolingual run and two runs with the focal share ``c`` (one ``c <= 0.5``, one
   above) and the other languages at ``(1 - c) / 4``, at **three** budgets 250k, 500k and 1M
   tokens: 3 x 5 x 3 = 45 runs;
 * **ten held-out random mixtures** at 3M tokens (3x the largest fitting budget;
-  :func:`climb_bayes.design.holdout_design`, seed 1, no two closer than 0.1 in total variation),
+  :func:`climb_bayes.data.design.holdout_design`, seed 1, no two closer than 0.1 in total
+  variation),
   capped so that no language needs more than one epoch of its training text.
 
 ``--dataset tiny-2024`` reproduces the 2024 default (34 runs of the ``tiny`` model at 100k/300k
@@ -69,7 +70,7 @@ FILES = {"default": "default", "tiny-2024": "tiny2024"}
 
 def default_plan(available: dict[str, int]) -> list[dict]:
     """Algorithm 1 at three budgets plus availability-capped held-out mixtures."""
-    from climb_bayes.design import algorithm1_design, holdout_design
+    from climb_bayes.data.design import algorithm1_design, holdout_design
 
     fit = algorithm1_design(LANGS, DEFAULT["budgets"], seed=0)
     budget = DEFAULT["holdout_budget"]

@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 
 import climb_bayes
-from climb_bayes.design import algorithm1_design, holdout_design
-from climb_bayes.fitting import fit_runs
-from climb_bayes.nuts import NutsConfig
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import TrueParams, example_params, simulate_runs
+from climb_bayes.data.design import algorithm1_design, holdout_design
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.inference.fitting import fit_runs
+from climb_bayes.inference.nuts import NutsConfig
+from climb_bayes.model.simulate import TrueParams, example_params, simulate_runs
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts (the CLI does the same)
 
@@ -30,7 +30,7 @@ BUDGETS = (5e9, 2.5e10)
 
 @pytest.fixture(scope="session")
 def world3() -> TrueParams:
-    """A 3-language synthetic world (see :func:`climb_bayes.simulate.example_params`)."""
+    """A 3-language synthetic world (see :func:`climb_bayes.model.simulate.example_params`)."""
     return example_params(LANGS3, seed=3, sigma=0.01)
 
 
@@ -48,7 +48,7 @@ def sim_frame3(world3, design3) -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def runs3(sim_frame3):
-    """Validated :class:`~climb_bayes.runs.RunsData` of :func:`sim_frame3`."""
+    """Validated :class:`~climb_bayes.data.runs.RunsData` of :func:`sim_frame3`."""
     return runs_from_frame(sim_frame3)
 
 

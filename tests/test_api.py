@@ -55,9 +55,9 @@ def test_public_names_resolve_and_are_documented():
     [
         "climb_bayes.api",
         "climb_bayes.runtime",
-        "climb_bayes.runs",
-        "climb_bayes.fitresult",
-        "climb_bayes.design",
+        "climb_bayes.data.runs",
+        "climb_bayes.inference.fitresult",
+        "climb_bayes.data.design",
     ],
 )
 def test_docstring_examples_run(module):

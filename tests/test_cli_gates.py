@@ -12,12 +12,12 @@ import pytest
 
 from climb_bayes.cli import main
 from climb_bayes.cli._decide import render_matrix, render_table
-from climb_bayes.convergence import fit_gate, law_problems
-from climb_bayes.diagnostics import Diagnostics
-from climb_bayes.evaluation import EvalRow, format_table
-from climb_bayes.fitting import fit_runs
-from climb_bayes.mixtures import read_mixtures_file
-from climb_bayes.runs import runs_from_frame
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.decisions.mixtures import read_mixtures_file
+from climb_bayes.evaluation.holdout_scores import EvalRow, format_table
+from climb_bayes.inference.convergence import fit_gate, law_problems
+from climb_bayes.inference.diagnostics import Diagnostics
+from climb_bayes.inference.fitting import fit_runs
 
 BAD = Diagnostics(
     max_rhat=1.53,

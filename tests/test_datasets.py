@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 import climb_bayes  # noqa: F401
-from climb_bayes.datasets import DATASETS, dataset_label, dataset_path, default_dataset
+from climb_bayes.data.datasets import DATASETS, dataset_label, dataset_path, default_dataset
+from climb_bayes.data.runs import read_runs
 from climb_bayes.errors import ClimbError
-from climb_bayes.runs import read_runs
 
 LANGS = ["en", "de", "ru", "zh", "ja"]
 
@@ -78,7 +78,7 @@ def test_default_runs_trained_exact_budgets_without_repetition():
 
 @pytest.fixture(scope="module")
 def default_obs():
-    from climb_bayes.laws.base import Observations
+    from climb_bayes.data.observations import Observations
 
     return Observations.from_runs(read_runs(dataset_path("default")))
 
@@ -91,9 +91,9 @@ def test_default_holdouts_extrapolate_3x_with_covering_intervals(default_obs):
     at 0.03-0.32) are NOT met and are reported there, not asserted here; these bounds are what a
     wrong law, a broken reader or a mislabelled holdout breaks (an intercept-only model has
     R² 0, the transfer-free isolated law MRE 5.6%)."""
+    from climb_bayes.inference.predictive import predictive_samples
     from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.registry import get_law
-    from climb_bayes.predictive import predictive_samples
 
     obs = default_obs
     held = np.array([r.startswith("holdout-") for r in obs.run_ids])[obs.run]
@@ -109,10 +109,10 @@ def test_default_holdouts_extrapolate_3x_with_covering_intervals(default_obs):
 
 
 def test_default_supports_leave_future_out_fit_two_predict_third(default_obs):
-    from climb_bayes.ensemble import EnsembleOptions
+    from climb_bayes.evaluation.lfo_evaluate import evaluate_lfo
+    from climb_bayes.inference.ensemble import EnsembleOptions
     from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.registry import get_law
-    from climb_bayes.lfo_evaluate import evaluate_lfo
 
     obs = default_obs
     fit_runs = np.array([not r.startswith("holdout-") for r in obs.run_ids])

@@ -8,19 +8,20 @@ import numpy as np
 import pytest
 
 import climb_bayes  # noqa: F401
-from climb_bayes.design import algorithm1_design, holdout_design
-from climb_bayes.discrepancy import (
+from climb_bayes.data.design import algorithm1_design, holdout_design
+from climb_bayes.data.observations import Observations
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
+from climb_bayes.inference.predictive import predictive_samples
+from climb_bayes.laws.base import FitOptions
+from climb_bayes.laws.registry import get_law
+from climb_bayes.model.discrepancy import (
     MIN_SPAN,
     Discrepancy,
     discrepancy_distance,
     extrapolation_distance,
 )
-from climb_bayes.ensemble import EnsembleOptions, fit_ensemble
-from climb_bayes.laws.base import FitOptions, Observations
-from climb_bayes.laws.registry import get_law
-from climb_bayes.predictive import predictive_samples
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import example_params, simulate_runs
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 LANGS = ("en", "de", "fr")
 FIT_BUDGETS = [1e9, 2e9, 4e9, 8e9]
@@ -95,7 +96,7 @@ def test_distance_is_zero_inside_the_fitted_range():
 
 
 def test_a_discrepancy_stored_before_the_growth_form_reads_as_linear():
-    from climb_bayes.ensemble_store import _discrepancy_tree, discrepancy_from_tree
+    from climb_bayes.inference.ensemble_store import _discrepancy_tree, discrepancy_from_tree
 
     d = Discrepancy(np.full((3, 2), 0.02), np.full(3, 0.5), np.ones(2) * 1e9, np.ones(2) * 1e10)
     node = _discrepancy_tree(d, ["en", "de"])

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 import climb_bayes  # noqa: F401
-from climb_bayes.design import algorithm1_design
-from climb_bayes.discrepancy import DiscrepancyPrior, LfoResiduals, calibrate
-from climb_bayes.ensemble import EnsembleOptions, fit_ensemble, stacking_weights
-from climb_bayes.laws.base import FitOptions, Law, Observations, ParamSpec
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.observations import Observations
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble, stacking_weights
+from climb_bayes.laws.base import FitOptions, Law, ParamSpec
 from climb_bayes.laws.registry import get_law
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import example_params, simulate_runs
+from climb_bayes.model.discrepancy import DiscrepancyPrior, LfoResiduals, calibrate
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 
 @dataclass(frozen=True)

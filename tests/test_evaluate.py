@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from climb_bayes.cli import main
-from climb_bayes.errors import ClimbError
-from climb_bayes.evaluation import evaluate_laws, format_table, rows_to_json
-from climb_bayes.holdout import (
+from climb_bayes.data.holdout import (
     holdout_mask,
     parse_holdout,
     random_mixtures_mask,
     runs_file_mask,
     split_runs,
 )
+from climb_bayes.errors import ClimbError
+from climb_bayes.evaluation.holdout_scores import evaluate_laws, format_table, rows_to_json
 from climb_bayes.laws import FitOptions, Observations, parse_laws
 
 
@@ -194,8 +194,8 @@ def test_separately_read_test_table_is_not_conditioned_on_fitted_runs(sim_frame3
     the fit table; its runs are new runs, never continuations of unrelated fitted ones (the
     bug that collapsed RegMix's coverage to 0.3: a fitted run's residual shifted the held-out
     prediction and the scale shrank to the within-run noise)."""
-    from climb_bayes.predictive import predictive_parts
-    from climb_bayes.runs import runs_from_frame
+    from climb_bayes.data.runs import runs_from_frame
+    from climb_bayes.inference.predictive import predictive_parts
 
     fit_obs = Observations.from_runs(runs_from_frame(sim_frame3))
     test_obs = Observations.from_runs(runs_from_frame(holdout_frame3))

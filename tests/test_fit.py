@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import climb_bayes  # noqa: F401
-from climb_bayes.design import algorithm1_design, holdout_design
-from climb_bayes.fitting import fit_runs
-from climb_bayes.law import log_loss
-from climb_bayes.nuts import NutsConfig
-from climb_bayes.priors import Priors
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import example_params, simulate_runs
+from climb_bayes.data.design import algorithm1_design, holdout_design
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.inference.fitting import fit_runs
+from climb_bayes.inference.nuts import NutsConfig
+from climb_bayes.model.law import log_loss
+from climb_bayes.model.priors import Priors
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 LANGS = ("en", "de", "zh")
 # Three budgets (the paper's design uses two): recovery of every transfer pair needs the budget

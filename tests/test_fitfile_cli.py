@@ -11,9 +11,9 @@ import pytest
 import climb_bayes  # noqa: F401
 from climb_bayes.cli import main
 from climb_bayes.errors import FitFileError, PriorsError
-from climb_bayes.fitresult import load_fit
-from climb_bayes.law import log_loss
-from climb_bayes.priors import Priors, load_priors, priors_to_toml
+from climb_bayes.inference.fitresult import load_fit
+from climb_bayes.model.law import log_loss
+from climb_bayes.model.priors import Priors, load_priors, priors_to_toml
 
 
 def _predict(fit, r, D):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import climb_bayes  # noqa: F401
-from climb_bayes.law import (
+from climb_bayes.model.law import (
     LawParams,
     effective_ratio,
     from_reference_units,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from climb_bayes.convergence import law_problems
-from climb_bayes.diagnostics import Diagnostics
 from climb_bayes.errors import ClimbError
+from climb_bayes.inference.convergence import law_problems
+from climb_bayes.inference.diagnostics import Diagnostics
+from climb_bayes.inference.predictive import predictive_samples
 from climb_bayes.laws import FitOptions, Observations, fit_map, fit_nuts, get_law, parse_laws
 from climb_bayes.laws.climb import ClimbLaw, lawfit_from_fit
 from climb_bayes.laws.dml import DMLLaw, full_t
 from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.laws.msl import MSLLaw, family_matrix, optimal_mixture, read_families
-from climb_bayes.predictive import predictive_samples
 
 GROUPS = ("a", "b", "c")
 D_REF = 1e9
@@ -139,7 +139,7 @@ def test_climb_adapter_matches_core_fit_and_recovers_the_world(map_fit3, world3,
     assert fit.method == "map" and fit.n_draws == 1
     obs = Observations.from_runs(runs3)
     # adapter predictions equal the core law's predictions in tokens units
-    from climb_bayes.law import log_loss
+    from climb_bayes.model.law import log_loss
 
     p = map_fit3.law_draws()
     core = np.asarray(log_loss(obs.r, obs.tokens, *[np.asarray(x)[0] for x in p]))

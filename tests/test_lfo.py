@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 import climb_bayes  # noqa: F401
-from climb_bayes.design import algorithm1_design
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.observations import Observations
+from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.errors import ClimbError
-from climb_bayes.laws.base import Observations
-from climb_bayes.lfo import LfoFold, budget_levels, check_no_leakage, lfo_folds, ratio_bin
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import example_params, simulate_runs
+from climb_bayes.inference.lfo import LfoFold, budget_levels, check_no_leakage, lfo_folds, ratio_bin
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_one_level_folds_and_selection(three_budget_obs):
 def test_the_ensemble_learns_from_the_folds_nearest_the_full_fit():
     # five budget levels, two inner folds: the ensemble must use the cuts at 4e9 and 8e9
     # (fitted spans 4x and 8x), not the earliest at 2e9 (a 2x span)
-    from climb_bayes.ensemble import EnsembleOptions, fit_ensemble
+    from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
     from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.registry import get_law
 

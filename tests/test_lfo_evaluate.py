@@ -11,18 +11,19 @@ import pytest
 
 import climb_bayes  # noqa: F401
 from climb_bayes.cli import main
-from climb_bayes.design import algorithm1_design
-from climb_bayes.ensemble import EnsembleOptions
-from climb_bayes.laws.base import FitOptions, Observations
-from climb_bayes.laws.registry import get_law
-from climb_bayes.lfo_evaluate import (
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.observations import Observations
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.evaluation.lfo_evaluate import (
     STACKED,
     evaluate_extrapolation,
     evaluate_lfo,
     format_lfo_table,
 )
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import simulate_runs
+from climb_bayes.inference.ensemble import EnsembleOptions
+from climb_bayes.laws.base import FitOptions
+from climb_bayes.laws.registry import get_law
+from climb_bayes.model.simulate import simulate_runs
 
 LANGS = ("en", "de", "zh")  # the languages of the world3 fixture
 BUDGETS = [1e9, 2e9, 4e9, 8e9]

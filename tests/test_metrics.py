@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from climb_bayes.metrics import (
+from climb_bayes.evaluation.metrics import (
     COVERAGE_LEVELS,
     calibration_error,
     crps_samples,

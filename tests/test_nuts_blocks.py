@@ -9,12 +9,12 @@ import pytest
 from numpyro.diagnostics import effective_sample_size
 from numpyro.infer.util import log_density
 
-from climb_bayes.design import algorithm1_design
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.errors import ClimbError
-from climb_bayes.fitting import fit_runs
-from climb_bayes.model import climb_model, draw_prior, latent_sites, model_data, pair_indices
-from climb_bayes.nuts import NutsConfig
-from climb_bayes.nuts_blocks import (
+from climb_bayes.inference.fitting import fit_runs
+from climb_bayes.inference.nuts import NutsConfig
+from climb_bayes.inference.nuts_blocks import (
     CHUNK,
     MAX_THIN,
     TARGET_ESS_PER_DRAW,
@@ -27,9 +27,15 @@ from climb_bayes.nuts_blocks import (
     use_language_blocks,
     warmup_windows,
 )
-from climb_bayes.priors import Priors
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import example_params, simulate_runs
+from climb_bayes.model.climb_model import (
+    climb_model,
+    draw_prior,
+    latent_sites,
+    model_data,
+    pair_indices,
+)
+from climb_bayes.model.priors import Priors
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 PAIR_SITES = ("b_saturated", "kappa_saturated")
 

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 import climb_bayes  # noqa: F401  (float64)
-from climb_bayes.observation import (
+from climb_bayes.model.observation import (
     GroupedNoise,
     conditional_moments,
     draw_noise,

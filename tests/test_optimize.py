@@ -7,22 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from climb_bayes.baselines import (
+from climb_bayes.cli import main
+from climb_bayes.decisions.baselines import (
     isolated_optimum,
     natural_mixture,
     temperature_mixture,
     uniform_mixture,
     unimax_mixture,
 )
-from climb_bayes.cli import main
-from climb_bayes.constraints import Availability, Constraints, read_availability
-from climb_bayes.decision import bayes_decision, cvar, cvar_decision, draw_losses
-from climb_bayes.errors import ClimbError
-from climb_bayes.law import LawParams, optimal_direction, paper_direction
-from climb_bayes.mixtures import parse_weights
-from climb_bayes.optimization import optimize_mixture, thin_draws
-from climb_bayes.simulate import example_draws
-from climb_bayes.solvers import (
+from climb_bayes.decisions.constraints import Availability, Constraints, read_availability
+from climb_bayes.decisions.decision import bayes_decision, cvar, cvar_decision, draw_losses
+from climb_bayes.decisions.mixtures import parse_weights
+from climb_bayes.decisions.optimization import optimize_mixture, thin_draws
+from climb_bayes.decisions.solvers import (
     direct_batch,
     direct_trust_constr,
     magnitude_objective,
@@ -30,6 +27,9 @@ from climb_bayes.solvers import (
     two_step_batch,
     two_step_trust_constr,
 )
+from climb_bayes.errors import ClimbError
+from climb_bayes.model.law import LawParams, optimal_direction, paper_direction
+from climb_bayes.model.simulate import example_draws
 
 M = 3  # the fit fixtures' size: every test reuses the same compiled solvers
 N = 6
@@ -168,8 +168,8 @@ def test_optimize_result_on_nuts_fit(nuts_fit3):
     assert list(tab["language"]) == list(langs)
     json.dumps(res.to_dict())  # JSON-able
     # hooks used by plots/report
-    from climb_bayes.baselines import baseline_mixtures
-    from climb_bayes.rstar import rstar_draws
+    from climb_bayes.decisions.baselines import baseline_mixtures
+    from climb_bayes.decisions.rstar import rstar_draws
 
     draws = rstar_draws(nuts_fit3, D, max_draws=N)
     _valid(draws, np.zeros(3), np.ones(3))

@@ -7,17 +7,17 @@ import pandas as pd
 import pytest
 
 from climb_bayes.cli import main
-from climb_bayes.errors import ClimbError
-from climb_bayes.optimization import thin_draws
-from climb_bayes.prediction import NoiseModel, noise_model
-from climb_bayes.solvers import direct_batch
-from climb_bayes.suggest import (
+from climb_bayes.decisions.optimization import thin_draws
+from climb_bayes.decisions.prediction import NoiseModel, noise_model
+from climb_bayes.decisions.solvers import direct_batch
+from climb_bayes.decisions.suggest import (
     Candidate,
     default_candidates,
     rank_candidates,
     read_candidates,
     weighted_spread,
 )
+from climb_bayes.errors import ClimbError
 
 LANGS5 = ("en", "de", "ru", "zh", "ja")
 
@@ -209,7 +209,7 @@ def test_suggest_cli_errors(fit_files, capsys):
 def test_algorithm1_default_draws_from_both_halves_of_the_paper_grid():
     """Issue 16: c comes from the paper's 15-value grid, one share <= 0.5 and one > 0.5 per
     language (the small shares identify eta); the central pool stays behind pool='central'."""
-    from climb_bayes.design import CENTRAL_SHARES, PAPER_SHARES, algorithm1_design
+    from climb_bayes.data.design import CENTRAL_SHARES, PAPER_SHARES, algorithm1_design
 
     langs = [f"l{i}" for i in range(8)]
     seen = set()
@@ -235,7 +235,7 @@ def test_algorithm1_default_draws_from_both_halves_of_the_paper_grid():
 def test_holdout_mixtures_are_spread_apart():
     """Issue 16: raw Dirichlet holdouts can be near-duplicates (TV distance 0.007 with seed 1);
     the default keeps every pair >= 0.1 apart."""
-    from climb_bayes.design import HOLDOUT_MIN_DISTANCE, holdout_design
+    from climb_bayes.data.design import HOLDOUT_MIN_DISTANCE, holdout_design
 
     def min_tv(df):
         r = df[[c for c in df.columns if c.startswith("r_")]].to_numpy()
@@ -263,7 +263,7 @@ def test_plan_warns_below_the_papers_reliable_budget(capsys):
 def test_holdout_design_respects_share_bounds():
     """Availability caps: no held-out mixture gives a language more than its bound; an
     impossible bound is a clear error, not an endless loop."""
-    from climb_bayes.design import holdout_design
+    from climb_bayes.data.design import holdout_design
 
     langs = ["en", "de", "ru", "zh", "ja"]
     cap = [1.0, 1.0, 0.3, 0.3, 1.0]

@@ -6,8 +6,8 @@ import matplotlib
 import pytest
 from click.testing import CliRunner
 
-from climb_bayes import plots
 from climb_bayes.cli.plot_cmd import plot
+from climb_bayes.viz import plots
 
 matplotlib.use("Agg")
 
@@ -57,7 +57,7 @@ def test_point_fit_plots(map_fit3, tmp_path):
 
 
 def test_rstar_draws_on_simplex(nuts_fit3):
-    from climb_bayes.rstar import rstar_draws
+    from climb_bayes.decisions.rstar import rstar_draws
 
     draws = rstar_draws(nuts_fit3, 2.5e11, max_draws=20)
     assert draws.shape[1] == 3

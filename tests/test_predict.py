@@ -10,13 +10,11 @@ import pytest
 import xarray as xr
 
 from climb_bayes.cli import main
-from climb_bayes.constraints import Availability
-from climb_bayes.design import holdout_design
-from climb_bayes.errors import ClimbError
-from climb_bayes.fitresult import Fit
-from climb_bayes.law import LawParams, loss
-from climb_bayes.mixtures import resolve_mixture
-from climb_bayes.prediction import (
+from climb_bayes.data.design import holdout_design
+from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.decisions.constraints import Availability
+from climb_bayes.decisions.mixtures import resolve_mixture
+from climb_bayes.decisions.prediction import (
     NoiseModel,
     coverage,
     law_log_loss,
@@ -24,9 +22,11 @@ from climb_bayes.prediction import (
     predict_table,
     predictive_log_loss,
 )
-from climb_bayes.priors import priors_to_toml
-from climb_bayes.runs import runs_from_frame
-from climb_bayes.simulate import simulate_runs
+from climb_bayes.errors import ClimbError
+from climb_bayes.inference.fitresult import Fit
+from climb_bayes.model.law import LawParams, loss
+from climb_bayes.model.priors import priors_to_toml
+from climb_bayes.model.simulate import simulate_runs
 
 LANGS = ("en", "de", "zh")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from climb_bayes.evaluation import evaluate_laws
+from climb_bayes.data.published import TOKENS_PER_STEP, load_5mix, load_regmix
+from climb_bayes.evaluation.holdout_scores import evaluate_laws
 from climb_bayes.laws import FitOptions, parse_laws
-from climb_bayes.published import TOKENS_PER_STEP, load_5mix, load_regmix
 
 DATA = Path(__file__).parents[1] / ".." / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no ../shared/data folder")

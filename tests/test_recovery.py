@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from climb_bayes.datasets import dataset_path
-from climb_bayes.design import algorithm1_design
-from climb_bayes.nuts import NutsConfig
-from climb_bayes.recovery import interval_covers, parameter_recovery
-from climb_bayes.simulate import TrueParams
+from climb_bayes.data.datasets import dataset_path
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.evaluation.recovery import interval_covers, parameter_recovery
+from climb_bayes.inference.nuts import NutsConfig
+from climb_bayes.model.simulate import TrueParams
 
 BUDGETS = (5e9, 2.5e10)
 CONFIG = NutsConfig(chains=2, warmup=500, samples=1000, progress_bar=False)

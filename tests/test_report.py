@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from climb_bayes.cli.report_cmd import report
-from climb_bayes.report import render_report
+from climb_bayes.viz.report import render_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

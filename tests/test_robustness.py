@@ -9,10 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from climb_bayes.cli.robustness_cmd import robustness
+from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
-from climb_bayes.fitresult import Fit
-from climb_bayes.priors import Priors, priors_to_toml
-from climb_bayes.robustness import (
+from climb_bayes.evaluation.robustness import (
     PARETO_K_MAX,
     log_prior_tree,
     mode_refit,
@@ -20,7 +19,8 @@ from climb_bayes.robustness import (
     run_pareto_k,
     run_robustness,
 )
-from climb_bayes.runs import RunsData
+from climb_bayes.inference.fitresult import Fit
+from climb_bayes.model.priors import Priors, priors_to_toml
 
 
 def _with_priors(fit: Fit, priors: Priors) -> Fit:
@@ -62,8 +62,8 @@ def _plant_outlier(runs: RunsData, target: int, factor: float) -> RunsData:
 def test_planted_outlier_run_gets_high_pareto_k_and_moves_rstar(nuts_fit3):
     """An outlier planted *before* fitting: PSIS-LOO flags that run, and the influence study
     finds that dropping it moves r* more than dropping the same run moves the clean fit."""
-    from climb_bayes.fitting import fit_runs
-    from climb_bayes.nuts import NutsConfig
+    from climb_bayes.inference.fitting import fit_runs
+    from climb_bayes.inference.nuts import NutsConfig
 
     runs = nuts_fit3.runs
     k_clean, _ = run_pareto_k(nuts_fit3)
@@ -136,7 +136,7 @@ def test_unknown_study_rejected(tmp_path):
 def test_nuts_refits_report_posterior_intervals(nuts_fit3):
     """``refit="nuts"``: every variant is a NUTS posterior; the all-data refit reproduces the
     fit's own r* (same data, same priors) and the Normal likelihood refit reports its own."""
-    from climb_bayes.nuts import NutsConfig
+    from climb_bayes.inference.nuts import NutsConfig
 
     config = NutsConfig(chains=2, warmup=200, samples=300, progress_bar=False)
     res = run_robustness(nuts_fit3, studies=["likelihood"], refit="nuts", refit_config=config)
@@ -161,8 +161,8 @@ def test_nuts_refits_report_posterior_intervals(nuts_fit3):
 def test_run_ids_that_look_like_study_names_stay_in_their_study(sim_frame3):
     # a run id starting "the" used to move its leave-one-run-out refit from the influence study
     # to the budget study (the studies were told apart by the variant name's prefix)
-    from climb_bayes.fitting import fit_runs
-    from climb_bayes.runs import runs_from_frame
+    from climb_bayes.data.runs import runs_from_frame
+    from climb_bayes.inference.fitting import fit_runs
 
     frame = sim_frame3.copy()
     ids = sorted(frame["run_id"].unique())

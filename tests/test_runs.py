@@ -1,4 +1,4 @@
-"""Tests of climb_bayes.runs: parsing, validation messages, conversions."""
+"""Tests of climb_bayes.data.runs: parsing, validation messages, conversions."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from climb_bayes.data.runs import DEFAULT_TAIL_START, RunsData, read_runs, runs_from_frame
 from climb_bayes.errors import ClimbError, RunsFormatError
-from climb_bayes.runs import DEFAULT_TAIL_START, RunsData, read_runs, runs_from_frame
 
 NAN = float("nan")
 
@@ -557,7 +557,7 @@ def test_100k_long_rows_fast():
 @pytest.mark.filterwarnings("ignore:Mean of empty slice:RuntimeWarning")
 def test_average_tail_is_the_papers_validation_loss(sim_frame3):
     """Issue 16: the paper's validation loss averages the final three evaluation points."""
-    from climb_bayes.runs import PAPER_TAIL_POINTS
+    from climb_bayes.data.runs import PAPER_TAIL_POINTS
 
     full = runs_from_frame(sim_frame3, tail_start=0.5)
     avg = runs_from_frame(sim_frame3, tail_start=0.5, tail_average=PAPER_TAIL_POINTS)

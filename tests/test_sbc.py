@@ -17,9 +17,8 @@ from click.testing import CliRunner
 
 from climb_bayes.cli import main
 from climb_bayes.cli.robustness_cmd import robustness
-from climb_bayes.priors import Priors
-from climb_bayes.robustness import attach_sbc
-from climb_bayes.sbc import (
+from climb_bayes.evaluation.robustness import attach_sbc
+from climb_bayes.evaluation.sbc import (
     SbcConfig,
     ecdf_difference,
     ecdf_difference_bands,
@@ -29,6 +28,7 @@ from climb_bayes.sbc import (
     sbc_problem,
     uniformity_test,
 )
+from climb_bayes.model.priors import Priors
 
 L = 99  # posterior draws per replication: ranks in 0..99
 
@@ -172,7 +172,7 @@ def test_sbc_cli_end_to_end(map_fit3, tmp_path, monkeypatch):
     # A shorter sampler than the CLI's default (the wiring is under test here, not the
     # sampler): compilation then dominates the runtime.
     short = functools.partial(SbcConfig, warmup=100, draws_per_chain=50, thin=2, max_tree_depth=6)
-    monkeypatch.setattr("climb_bayes.sbc.SbcConfig", short)
+    monkeypatch.setattr("climb_bayes.evaluation.sbc.SbcConfig", short)
     fit_path = tmp_path / "fit.nc"
     map_fit3.save(fit_path)
     out = tmp_path / "res" / "rob.json"

@@ -348,7 +348,7 @@ def test_two_run_sweep_end_to_end(corpus, tokenizer_dir, tmp_path):
     assert recs[0]["realised_tokens"] == token_budgets(shares_a, 3001)
     assert recs[1]["realised_tokens"] == token_budgets(shares_b, 2000)
     assert recs[0]["throughput"]["tokens_per_s"] > 0 and recs[0]["model"]["parameters"] > 0
-    runs_mod = pytest.importorskip("climb_bayes.runs")
+    runs_mod = pytest.importorskip("climb_bayes.data.runs")
     import warnings
 
     with warnings.catch_warnings():

@@ -4,7 +4,7 @@ Every file is written with :mod:`training.atomic` (a temporary sibling moved int
 killed process leaves either the old file or the new one, never half of one. A run is finished
 exactly when its ``record.json`` exists with ``"status": "finished"``; it is written last.
 
-Runs-table long form (what ``climb_bayes.runs.read_runs`` reads): one row per
+Runs-table long form (what ``climb_bayes.data.runs.read_runs`` reads): one row per
 (run, evaluation point, language) with columns ``run_id, budget_tokens, tokens_seen, language,
 proportion, loss`` (plus ``step``, ignored by the reader).
 """

@@ -95,12 +95,13 @@ strict_option = click.option(
 def load_fit_checked(path: Path, strict: bool = False) -> object:
     """Load a fit file and pass it through the convergence gate.
 
-    :func:`climb_bayes.fitresult.load_fit` (its errors are already user-facing), then
-    :func:`climb_bayes.convergence.fit_gate`: one warning line on stderr when any stacked law
+    :func:`climb_bayes.inference.fitresult.load_fit` (its errors are already user-facing), then
+    :func:`climb_bayes.inference.convergence.fit_gate`: one warning line on stderr when any stacked
+    law
     or CLIMB's posterior did not converge, or a :class:`ClimbError` (exit 2) under ``strict``.
     """
-    from climb_bayes.convergence import fit_gate
-    from climb_bayes.fitresult import load_fit
+    from climb_bayes.inference.convergence import fit_gate
+    from climb_bayes.inference.fitresult import load_fit
 
     fit = load_fit(path)
     gate = fit_gate(fit)
@@ -116,7 +117,7 @@ def load_fit_checked(path: Path, strict: bool = False) -> object:
 
 def fmt_tokens(tokens: float) -> str:
     """``1e12 -> '1T'``, ``2.5e10 -> '25B'``."""
-    from climb_bayes.design import format_budget
+    from climb_bayes.data.design import format_budget
 
     return format_budget(float(tokens))
 

@@ -72,8 +72,8 @@ def read_runs_table(
     renormalize: bool,
     languages: str | None,
 ) -> Any:
-    """:func:`climb_bayes.runs.read_runs` with the options of :func:`runs_table_options`."""
-    from climb_bayes.runs import read_runs
+    """:func:`climb_bayes.data.runs.read_runs` with the options of :func:`runs_table_options`."""
+    from climb_bayes.data.runs import read_runs
 
     langs = [s.strip() for s in languages.split(",")] if languages else None
     return read_runs(

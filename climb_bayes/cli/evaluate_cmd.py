@@ -156,19 +156,20 @@ def evaluate(
     --holdout-runs, --holdout-mixtures and --lfo; --exclude drops runs from both sides first.
     Groups may be languages or domains.
     """
-    from climb_bayes.errors import ClimbError
-    from climb_bayes.evaluation import evaluate_laws as run_evaluation
-    from climb_bayes.evaluation import format_table, rows_to_json
-    from climb_bayes.holdout import (
+    from climb_bayes.data.holdout import (
         exclude_mask,
         holdout_mask,
         random_mixtures_mask,
         runs_file_mask,
     )
-    from climb_bayes.laws.base import FitOptions, Observations
+    from climb_bayes.data.observations import Observations
+    from climb_bayes.errors import ClimbError
+    from climb_bayes.evaluation.holdout_scores import evaluate_laws as run_evaluation
+    from climb_bayes.evaluation.holdout_scores import format_table, rows_to_json
+    from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.laws.registry import parse_laws
-    from climb_bayes.priors import load_priors
+    from climb_bayes.model.priors import load_priors
 
     chosen = [x is not None for x in (holdout_expr, holdout_runs, holdout_mixtures)] + [lfo]
     if sum(chosen) != 1:
@@ -277,9 +278,9 @@ def _evaluate_lfo(
     out: Path | None,
 ) -> None:
     """``evaluate --lfo``: nested leave-future-out over the budgets of ``runs``."""
-    from climb_bayes.ensemble import EnsembleOptions
-    from climb_bayes.laws.base import Observations
-    from climb_bayes.lfo_evaluate import evaluate_lfo, format_lfo_table
+    from climb_bayes.data.observations import Observations
+    from climb_bayes.evaluation.lfo_evaluate import evaluate_lfo, format_lfo_table
+    from climb_bayes.inference.ensemble import EnsembleOptions
 
     obs = Observations.from_runs(runs)
     _echo(

@@ -16,7 +16,7 @@ from climb_bayes.cli._decide import (
     strict_option,
 )
 from climb_bayes.cli._runs_table import families_option, read_runs_table, runs_table_options
-from climb_bayes.datasets import DATASETS
+from climb_bayes.data.datasets import DATASETS
 
 __all__ = ["fit", "summary"]
 
@@ -151,11 +151,11 @@ def fit(
     prints the diagnostics and a parameter summary.
     """
     from climb_bayes import api
-    from climb_bayes.convergence import fit_gate
-    from climb_bayes.datasets import dataset_label, dataset_path, default_dataset
+    from climb_bayes.data.datasets import dataset_label, dataset_path, default_dataset
     from climb_bayes.errors import ConvergenceError
+    from climb_bayes.inference.convergence import fit_gate
     from climb_bayes.laws.registry import parse_laws
-    from climb_bayes.priors import load_priors
+    from climb_bayes.model.priors import load_priors
 
     label = ""
     if runs_file is None:

@@ -160,10 +160,10 @@ def optimize(
 
     Example: climb-bayes optimize fit.nc --budget 1e12 --weights en=2 --max zh=0.3
     """
-    from climb_bayes.constraints import Constraints, read_availability
-    from climb_bayes.decision import cvar
-    from climb_bayes.mixtures import parse_language_map, parse_weights
-    from climb_bayes.optimization import (
+    from climb_bayes.decisions.constraints import Constraints, read_availability
+    from climb_bayes.decisions.decision import cvar
+    from climb_bayes.decisions.mixtures import parse_language_map, parse_weights
+    from climb_bayes.decisions.optimization import (
         msl_baseline,
         optimize_budgets,
         thin_draws,

@@ -89,8 +89,8 @@ def plan(
     """
     import pandas as pd
 
-    from climb_bayes.design import PAPER_RELIABLE_TOKENS, algorithm1_design, holdout_design
-    from climb_bayes.mixtures import parse_number
+    from climb_bayes.data.design import PAPER_RELIABLE_TOKENS, algorithm1_design, holdout_design
+    from climb_bayes.decisions.mixtures import parse_number
 
     langs = [x.strip() for x in languages.split(",") if x.strip()]
     budgets = [float(round(b)) for b in parse_budgets(budgets_text)]  # whole tokens

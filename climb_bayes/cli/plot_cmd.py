@@ -60,7 +60,7 @@ def plot(
     formats: tuple[str, ...],
 ) -> None:
     """Draw figures of the fit in FIT.nc into a folder, one file per kind and format."""
-    from climb_bayes.plots import KINDS, save_figure
+    from climb_bayes.viz.plots import KINDS, save_figure
 
     if budget is not None and not (budget > 0 and budget < float("inf")):
         raise ClimbError(f"--budget must be a positive number of tokens, got {budget:g}.")

@@ -109,11 +109,11 @@ def predict(
 
     Example: climb-bayes predict fit.nc --budget 1e12 --mixture en=0.5,de=0.3,zh=0.2
     """
-    from climb_bayes.constraints import read_availability
-    from climb_bayes.law import LawParams
-    from climb_bayes.mixtures import resolve_mixture
-    from climb_bayes.optimization import thin_index
-    from climb_bayes.prediction import ensemble_table
+    from climb_bayes.decisions.constraints import read_availability
+    from climb_bayes.decisions.mixtures import resolve_mixture
+    from climb_bayes.decisions.optimization import thin_index
+    from climb_bayes.decisions.prediction import ensemble_table
+    from climb_bayes.model.law import LawParams
 
     if (budget is None) == (budgets_text is None):
         raise ClimbError("give exactly one of --budget (one target) or --budgets (a trajectory).")
@@ -198,8 +198,8 @@ def _predict_many(
     out: Path | None,
 ) -> None:
     """``predict --mixtures FILE``: every (mixture, budget) pair in one call of the predictive."""
-    from climb_bayes.mixtures import read_mixtures_file
-    from climb_bayes.prediction import ensemble_table
+    from climb_bayes.decisions.mixtures import read_mixtures_file
+    from climb_bayes.decisions.prediction import ensemble_table
 
     names, shares = read_mixtures_file(mixtures_file, fit.languages)
     k, nb = len(names), len(budgets)

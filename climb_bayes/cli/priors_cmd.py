@@ -19,6 +19,6 @@ __all__ = ["priors"]
 @click.option("--no-comments", is_flag=True, help="Omit the reasoning comments.")
 def priors(from_file, no_comments):
     """Print prior settings as TOML (redirect to a file, edit, pass with `fit --priors`)."""
-    from climb_bayes.priors import load_priors, priors_to_toml
+    from climb_bayes.model.priors import load_priors, priors_to_toml
 
     click.echo(priors_to_toml(load_priors(from_file), comments=not no_comments), nl=False)

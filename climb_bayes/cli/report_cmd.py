@@ -49,7 +49,7 @@ def report(
 ) -> None:
     """Write an HTML report of the fit in FIT.nc: data, diagnostics, parameters, fit quality,
     predictions, r* with baselines and (optionally) robustness verdicts."""
-    from climb_bayes.report import write_report
+    from climb_bayes.viz.report import write_report
 
     fit = load_fit_checked(fit_path, strict)
     path = write_report(

@@ -11,7 +11,7 @@ import click
 from climb_bayes.cli._decide import load_fit_checked, strict_option
 
 if TYPE_CHECKING:
-    from climb_bayes.fitresult import Fit
+    from climb_bayes.inference.fitresult import Fit
 
 __all__ = ["robustness"]
 
@@ -137,7 +137,7 @@ def robustness(
     single runs, and (with --sbc) whether the posterior of its model is calibrated. Writes one
     JSON results file and prints a one-screen verdict."""
     from climb_bayes.errors import ClimbError
-    from climb_bayes.robustness import attach_sbc, run_robustness, save_results
+    from climb_bayes.evaluation.robustness import attach_sbc, run_robustness, save_results
 
     if not studies and not sbc_n:
         raise ClimbError("--studies none leaves nothing to do: add --sbc N or name studies.")
@@ -180,9 +180,9 @@ def _run_sbc(
     import jax
 
     from climb_bayes.cli._decide import enable_compile_cache
-    from climb_bayes.plots import save_figure
-    from climb_bayes.sbc import SbcConfig, problem_from_fit, run_sbc
-    from climb_bayes.sbc_plots import plot_sbc_ecdf
+    from climb_bayes.evaluation.sbc import SbcConfig, problem_from_fit, run_sbc
+    from climb_bayes.viz.plots import save_figure
+    from climb_bayes.viz.sbc_plots import plot_sbc_ecdf
 
     enable_compile_cache()
     config = SbcConfig(n_replications=n)

@@ -87,10 +87,10 @@ def simulate(
     import numpy as np
     import pandas as pd
 
-    from climb_bayes.design import algorithm1_design, holdout_design
+    from climb_bayes.data.design import algorithm1_design, holdout_design
     from climb_bayes.errors import ClimbError
-    from climb_bayes.model import reference_budget
-    from climb_bayes.simulate import TrueParams, example_params, prior_params, simulate_runs
+    from climb_bayes.model.climb_model import reference_budget
+    from climb_bayes.model.simulate import TrueParams, example_params, prior_params, simulate_runs
 
     def floats(text: str, name: str) -> list[float]:
         try:

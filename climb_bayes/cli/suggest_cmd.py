@@ -105,13 +105,13 @@ def suggest(
 
     Example: climb-bayes suggest fit.nc --budget 1e12
     """
-    from climb_bayes.decision import bayes_decision, draw_losses
-    from climb_bayes.law import LawParams
-    from climb_bayes.mixtures import parse_weights
-    from climb_bayes.optimization import thin_index
-    from climb_bayes.prediction import NoiseModel, noise_model
-    from climb_bayes.solvers import direct_batch
-    from climb_bayes.suggest import default_candidates, rank_candidates, read_candidates
+    from climb_bayes.decisions.decision import bayes_decision, draw_losses
+    from climb_bayes.decisions.mixtures import parse_weights
+    from climb_bayes.decisions.optimization import thin_index
+    from climb_bayes.decisions.prediction import NoiseModel, noise_model
+    from climb_bayes.decisions.solvers import direct_batch
+    from climb_bayes.decisions.suggest import default_candidates, rank_candidates, read_candidates
+    from climb_bayes.model.law import LawParams
 
     target_budget = parse_budget(budget)
     fit = load_fit_checked(fit_file, strict)

@@ -5,11 +5,11 @@ See :mod:`climb_bayes.laws.base` for the interface and ``docs/laws.md`` for addi
 
 from __future__ import annotations
 
+from climb_bayes.data.observations import Observations
 from climb_bayes.laws.base import (
     FitOptions,
     Law,
     LawFit,
-    Observations,
     ParamSpec,
     fit_map,
     fit_nuts,

@@ -14,13 +14,14 @@ module with a frozen dataclass subclassing :class:`Law` that defines
 
 and register it in :mod:`climb_bayes.laws.registry`. :func:`fit_map` (multi-start L-BFGS on the
 Huber loss of log-loss) and :func:`fit_nuts` then work unchanged; a law may override
-:meth:`Law.fit` (CLIMB does, to reuse :func:`climb_bayes.fitting.fit_runs`). See
+:meth:`Law.fit` (CLIMB does, to reuse :func:`climb_bayes.inference.fitting.fit_runs`). See
 ``docs/laws.md``.
 
 Units
 -----
 Losses in nats/token; ``d = tokens / d_ref`` where ``d_ref`` is a power of ten near the
-geometric mean of the fitted budgets (:func:`climb_bayes.model.reference_budget`), so budget
+geometric mean of the fitted budgets (:func:`climb_bayes.model.climb_model.reference_budget`), so
+budget
 parameters are O(1). Noise ``sigma`` is on log-loss.
 
 References
@@ -42,25 +43,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from climb_bayes.diagnostics import Diagnostics, compute_diagnostics
-from climb_bayes.discrepancy import Discrepancy
+from climb_bayes.data.observations import Observations, budget_range
 from climb_bayes.errors import ClimbError
-from climb_bayes.model import reference_budget
-from climb_bayes.nuts import resolve_chain_method
-from climb_bayes.observation import GroupedNoise
-from climb_bayes.point_fit import (
+from climb_bayes.inference.diagnostics import Diagnostics, compute_diagnostics
+from climb_bayes.inference.nuts import resolve_chain_method
+from climb_bayes.inference.point_fit import (
     HUBER_DELTA,
     huber,
     mad_sigma,
     multistart_lbfgs,
     run_noise_split,
 )
-from climb_bayes.priors import Priors
-from climb_bayes.runs import RunsData, dense_groups
+from climb_bayes.model.climb_model import reference_budget
+from climb_bayes.model.discrepancy import Discrepancy
+from climb_bayes.model.observation import GroupedNoise
+from climb_bayes.model.priors import Priors
 
 __all__ = [
     "ParamSpec",
-    "Observations",
     "Law",
     "LawFit",
     "FitOptions",
@@ -68,7 +68,6 @@ __all__ = [
     "fit_nuts",
     "fit_laplace",
     "predict_draws",
-    "median_loss",
     "check_groups",
 ]
 
@@ -79,211 +78,6 @@ _GTOL = 1e-5
 fit uses a tighter one, at many more iterations)."""
 LAW_MAX_TREE_DEPTH = 10
 """Tree-depth limit of :func:`fit_nuts` (NumPyro's default; diagnostics count draws at it)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Observations:
-    """Flat list of loss observations, with the runs (mixture, budget) they come from.
-
-    Unlike :class:`~climb_bayes.runs.RunsData` this may hold losses of groups with zero share
-    (``r_i = 0``): laws with ``zero_share_ok`` can fit and predict those. Runs without any
-    observation may be present (e.g. after :meth:`select`); they are ignored.
-
-    Attributes
-    ----------
-    groups : tuple of str
-        The ``m`` group names (languages or domains).
-    run_ids : tuple of str
-        Run names.
-    run_r : numpy.ndarray
-        ``(n_runs, m)`` mixture of each run (rows sum to 1).
-    run_budget : numpy.ndarray
-        ``(n_runs,)`` total budget of each run (tokens).
-    run : numpy.ndarray
-        ``(N,)`` run index of each observation.
-    tokens : numpy.ndarray
-        ``(N,)`` tokens seen at the observation (the ``D`` the law is evaluated at).
-    group : numpy.ndarray
-        ``(N,)`` group index of each observation.
-    loss : numpy.ndarray
-        ``(N,)`` observed loss (nats/token, > 0).
-    run_series : numpy.ndarray or None
-        ``(n_runs,)`` training trajectory of each run (checkpoints of one training run share
-        a label); ``None``: every run is its own trajectory.
-    """
-
-    groups: tuple[str, ...]
-    run_ids: tuple[str, ...]
-    run_r: np.ndarray
-    run_budget: np.ndarray
-    run: np.ndarray
-    tokens: np.ndarray
-    group: np.ndarray
-    loss: np.ndarray
-    run_series: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "groups", tuple(str(g) for g in self.groups))
-        set_(self, "run_ids", tuple(str(x) for x in self.run_ids))
-        for name, dtype in (
-            ("run_r", float),
-            ("run_budget", float),
-            ("run", np.int64),
-            ("tokens", float),
-            ("group", np.int64),
-            ("loss", float),
-        ):
-            set_(self, name, np.asarray(getattr(self, name), dtype=dtype))
-        if self.run_series is not None:
-            set_(self, "run_series", np.asarray(self.run_series, dtype=np.int64))
-            if self.run_series.shape != (len(self.run_ids),):
-                raise ValueError("Observations: run_series must have one entry per run")
-        n = self.loss.shape[0]
-        if not (self.run.shape == self.tokens.shape == self.group.shape == (n,)):
-            raise ValueError("Observations: run, tokens, group and loss must have equal length")
-        if self.run_r.shape != (len(self.run_ids), len(self.groups)):
-            raise ValueError("Observations: run_r must have shape (n_runs, m)")
-        if n and (np.any(self.loss <= 0) or not np.all(np.isfinite(self.loss))):
-            raise ValueError("Observations: losses must be finite and > 0")
-
-    @property
-    def m(self) -> int:
-        """Number of groups."""
-        return len(self.groups)
-
-    @property
-    def n(self) -> int:
-        """Number of observations."""
-        return int(self.loss.shape[0])
-
-    @property
-    def r(self) -> np.ndarray:
-        """``(N, m)`` mixture of each observation's run."""
-        return self.run_r[self.run]
-
-    @property
-    def zero_share(self) -> np.ndarray:
-        """``(N,)`` True where the observed group had share 0 in the run."""
-        return self.r[np.arange(self.n), self.group] == 0
-
-    @property
-    def log_loss(self) -> np.ndarray:
-        """``(N,)`` log of the observed losses."""
-        return np.log(self.loss)
-
-    @property
-    def series(self) -> np.ndarray:
-        """``(n_runs,)`` trajectory label of each run (one per run when not given)."""
-        return np.arange(len(self.run_ids)) if self.run_series is None else self.run_series
-
-    @property
-    def obs_series(self) -> np.ndarray:
-        """``(N,)`` trajectory label of each observation."""
-        return self.series[self.run]
-
-    @property
-    def obs_group(self) -> np.ndarray:
-        """``(N,)`` dense (trajectory, group) id: observations that share a run effect."""
-        return dense_groups(self.obs_series, self.group)
-
-    @classmethod
-    def from_runs(cls, runs: RunsData) -> Observations:
-        """The observations of a validated runs table (zero-share losses are already left out)."""
-        return cls(
-            groups=runs.languages,
-            run_ids=runs.run_ids,
-            run_r=runs.run_proportions,
-            run_budget=runs.run_budgets,
-            run=runs.obs_run,
-            tokens=runs.obs_tokens,
-            group=runs.obs_language,
-            loss=runs.obs_loss,
-            run_series=runs.run_series,
-        )
-
-    def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Distinct evaluation points: ``(point_r (P, m), point_tokens (P,), obs_point (N,))``.
-
-        Laws are evaluated once per (run, tokens) point and gathered per observation, which is
-        ``m`` times cheaper than evaluating per observation.
-        """
-        if self.n == 0:
-            return np.zeros((0, self.m)), np.zeros(0), np.zeros(0, dtype=np.int64)
-        keys = np.stack([self.run.astype(float), self.tokens], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        run = uniq[:, 0].astype(np.int64)
-        return self.run_r[run], uniq[:, 1], np.asarray(inverse, dtype=np.int64).ravel()
-
-    def select(self, mask: np.ndarray) -> Observations:
-        """Keep the observations where ``mask`` (``(N,)`` bool) is True; runs are kept."""
-        mask = np.asarray(mask, dtype=bool)
-        return Observations(
-            self.groups,
-            self.run_ids,
-            self.run_r,
-            self.run_budget,
-            self.run[mask],
-            self.tokens[mask],
-            self.group[mask],
-            self.loss[mask],
-            self.run_series,
-        )
-
-    def select_runs(self, run_mask: np.ndarray) -> Observations:
-        """Keep the observations of the runs where ``run_mask`` (``(n_runs,)`` bool) is True."""
-        run_mask = np.asarray(run_mask, dtype=bool)
-        return self.select(run_mask[self.run])
-
-    def positive_share(self) -> Observations:
-        """Only the observations whose group had a positive share."""
-        return self.select(~self.zero_share)
-
-    def to_runs(self, source: str = "<observations>") -> RunsData:
-        """A :class:`RunsData` with one evaluation point per (run, tokens) (wide-like).
-
-        Zero-share losses are dropped (and counted), runs without observations are left out.
-        """
-        keys = np.unique(np.stack([self.run, self.tokens]).T, axis=0) if self.n else None
-        if keys is None:
-            raise ClimbError("no observations to fit")
-        used = np.unique(keys[:, 0].astype(np.int64))
-        new_of_old = np.full(len(self.run_ids), -1, dtype=np.int64)
-        new_of_old[used] = np.arange(used.size)
-        point_run = new_of_old[keys[:, 0].astype(np.int64)]
-        point_tokens = keys[:, 1]
-        point_loss = np.full((keys.shape[0], self.m), np.nan)
-        lookup = {(int(r), float(t)): i for i, (r, t) in enumerate(keys)}
-        for run, tok, g, loss in zip(self.run, self.tokens, self.group, self.loss, strict=True):
-            point_loss[lookup[(int(run), float(tok))], g] = loss
-        return RunsData.from_arrays(
-            self.groups,
-            [self.run_ids[i] for i in used],
-            self.run_r[used],
-            self.run_budget[used],
-            point_run,
-            point_tokens,
-            point_loss,
-            source=source,
-            form="wide" if np.allclose(point_tokens, self.run_budget[used][point_run]) else "long",
-            tail_start=1.0,
-            run_series=self.series[used],  # labels stay those of this table's runs
-        )
-
-
-def median_loss(obs: Observations) -> np.ndarray:
-    """``(m,)`` median observed loss per group (1.0 for a group without observations)."""
-    return np.array(
-        [
-            np.median(obs.loss[obs.group == g]) if np.any(obs.group == g) else 1.0
-            for g in range(obs.m)
-        ]
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,15 +251,16 @@ class LawFit:
         Fit details (objective, starts, time, diagnostics, number of observations); plain
         JSON-able values.
     native : object
-        The underlying fit object where there is one (CLIMB: :class:`climb_bayes.fitresult.Fit`).
+        The underlying fit object where there is one (CLIMB:
+        :class:`climb_bayes.inference.fitresult.Fit`).
     sigma_run : numpy.ndarray or None
         ``(S, m)`` sd of the run-level deviation shared by the points of one run
-        (:class:`climb_bayes.observation.GroupedNoise`); ``None`` when points are independent.
+        (:class:`climb_bayes.model.observation.GroupedNoise`); ``None`` when points are independent.
     fit_obs : Observations or None
         The observations fitted (for the run effects of runs that continue, and the fitted
         budget range).
     discrepancy : Discrepancy or None
-        Extrapolation discrepancy draws (:mod:`climb_bayes.discrepancy`), paired with the
+        Extrapolation discrepancy draws (:mod:`climb_bayes.model.discrepancy`), paired with the
         parameter draws.
     """
 
@@ -525,21 +320,6 @@ class LawFit:
             sigma_run=None if self.sigma_run is None else self.sigma_run[idx],
             discrepancy=None if self.discrepancy is None else self.discrepancy.take(idx),
         )
-
-
-def budget_range(obs: Observations) -> tuple[np.ndarray, np.ndarray]:
-    """``(m,)`` smallest and largest run budget (tokens) with an observation, per group.
-
-    Groups without observations get the range over all groups.
-    """
-    budget = obs.run_budget[obs.run]
-    lo = np.full(obs.m, budget.min())
-    hi = np.full(obs.m, budget.max())
-    for g in range(obs.m):
-        sel = obs.group == g
-        if sel.any():
-            lo[g], hi[g] = budget[sel].min(), budget[sel].max()
-    return lo, hi
 
 
 def predict_draws(
@@ -673,7 +453,7 @@ def _numpyro_model(
     d: jax.Array,
     y: jax.Array | None,
 ) -> None:
-    """Any law under the CLIMB model's noise model (:mod:`climb_bayes.observation`)."""
+    """Any law under the CLIMB model's noise model (:mod:`climb_bayes.model.observation`)."""
     import numpyro
     import numpyro.distributions as dist
 
@@ -818,7 +598,8 @@ def _nuts_diagnostics(
     grouped: dict[str, Any], extra: dict[str, Any], groups: Sequence[str]
 ) -> Diagnostics:
     """R-hat, ESS, divergences, tree depth and E-BFMI of a law's NUTS run by the one path every
-    fit uses (:func:`climb_bayes.diagnostics.compute_diagnostics`, arviz-stats); an axis of
+    fit uses (:func:`climb_bayes.inference.diagnostics.compute_diagnostics`, arviz-stats); an axis
+    of
     length ``len(groups)`` is labelled with the group names (``log_B[ja]``)."""
     import xarray as xr
 
@@ -857,10 +638,11 @@ def fit_laplace(
     """Laplace approximation of any law's posterior (same model as :func:`fit_nuts`).
 
     The mode of the posterior (priors included) from a short point fit's start, and
-    ``options.samples`` draws of the Gaussian around it (:mod:`climb_bayes.laplace`): seconds
+    ``options.samples`` draws of the Gaussian around it (:mod:`climb_bayes.inference.laplace`):
+    seconds
     where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
     """
-    from climb_bayes.laplace import laplace_posterior
+    from climb_bayes.inference.laplace import laplace_posterior
 
     options = options or FitOptions()
     log = log or (lambda _msg: None)

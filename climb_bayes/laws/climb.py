@@ -1,14 +1,15 @@
 """CLIMB as a :class:`~climb_bayes.laws.base.Law`: an adapter around the core model.
 
-Predictions use :func:`climb_bayes.law.log_loss`; fitting delegates to
-:func:`climb_bayes.fitting.fit_runs` (the multi-start Huber point fit for ``"map"``, the NumPyro
+Predictions use :func:`climb_bayes.model.law.log_loss`; fitting delegates to
+:func:`climb_bayes.inference.fitting.fit_runs` (the multi-start Huber point fit for ``"map"``, the
+NumPyro
 model with its priors for ``"nuts"``), so the evaluation scores exactly what ``climb-bayes fit``
 produces.
 
 Units
 -----
 Reference units: ``d = D / d_ref`` with the fit's ``d_ref``; ``log_B`` and ``k`` are converted
-with :func:`climb_bayes.law.to_reference_units`.
+with :func:`climb_bayes.model.law.to_reference_units`.
 
 References
 ----------
@@ -24,10 +25,11 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from climb_bayes.law import LawParams, log_loss, to_reference_units
-from climb_bayes.laws.base import FitOptions, Law, LawFit, Observations, Params, ParamSpec
+from climb_bayes.data.observations import Observations
+from climb_bayes.laws.base import FitOptions, Law, LawFit, Params, ParamSpec
 from climb_bayes.laws.isolated import IsolatedLaw
-from climb_bayes.priors import Priors
+from climb_bayes.model.law import LawParams, log_loss, to_reference_units
+from climb_bayes.model.priors import Priors
 
 __all__ = ["ClimbLaw", "lawfit_from_fit"]
 
@@ -35,7 +37,7 @@ __all__ = ["ClimbLaw", "lawfit_from_fit"]
 @dataclass(frozen=True)
 class ClimbLaw(Law):
     """The CLIMB law with transfer ``alpha_{j->i}(D) = b_ji + k_ji / D`` (see
-    :mod:`climb_bayes.law`)."""
+    :mod:`climb_bayes.model.law`)."""
 
     name: ClassVar[str] = "climb"
     description: ClassVar[str] = "CLIMB (Guo et al. 2025): interaction-aware ratios with transfer"
@@ -72,7 +74,7 @@ class ClimbLaw(Law):
         }
 
     def priors(self, obs: Observations, priors: Priors) -> dict[str, Any]:
-        raise NotImplementedError("CLIMB's NUTS fit uses climb_bayes.model.climb_model")
+        raise NotImplementedError("CLIMB's NUTS fit uses climb_bayes.model.climb_model.climb_model")
 
     def fit(
         self,
@@ -81,9 +83,10 @@ class ClimbLaw(Law):
         options: FitOptions | None = None,
         log: Callable[[str], None] | None = None,
     ) -> LawFit:
-        """Fit with :func:`climb_bayes.fitting.fit_runs` on the positive-share observations."""
-        from climb_bayes.fitting import fit_runs
-        from climb_bayes.nuts import NutsConfig
+        """Fit with :func:`climb_bayes.inference.fitting.fit_runs` on the positive-share
+        observations."""
+        from climb_bayes.inference.fitting import fit_runs
+        from climb_bayes.inference.nuts import NutsConfig
 
         options = options or FitOptions()
         usable = self.usable(obs)
@@ -112,7 +115,8 @@ class ClimbLaw(Law):
 
 
 def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
-    """Wrap a :class:`climb_bayes.fitresult.Fit` (in memory or loaded) as a :class:`LawFit`.
+    """Wrap a :class:`climb_bayes.inference.fitresult.Fit` (in memory or loaded) as a
+    :class:`LawFit`.
 
     MAP fits get a Normal plug-in predictive with the point fit's robust noise scale (as every
     other law's MAP fit); NUTS fits keep the model's likelihood.
@@ -156,11 +160,12 @@ def _climb_laplace(
     options: FitOptions,
     log: Callable[[str], None] | None,
 ) -> LawFit:
-    """CLIMB's model (:func:`climb_bayes.model.climb_model`) by Laplace approximation, started
+    """CLIMB's model (:func:`climb_bayes.model.climb_model.climb_model`) by Laplace approximation,
+    started
     at the prior centre (transfer off), as NUTS's chains are."""
-    from climb_bayes.laplace import laplace_posterior
-    from climb_bayes.model import climb_model, model_data, sampler_coordinates
-    from climb_bayes.nuts import prior_centre
+    from climb_bayes.inference.laplace import laplace_posterior
+    from climb_bayes.inference.nuts import prior_centre
+    from climb_bayes.model.climb_model import climb_model, model_data, sampler_coordinates
 
     data = model_data(runs, options.priors)
     start = sampler_coordinates(prior_centre(data, options.priors), data, options.priors)

@@ -43,8 +43,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from climb_bayes.laws.base import Law, Observations, Params, ParamSpec, median_loss
-from climb_bayes.priors import Priors
+from climb_bayes.data.observations import Observations, median_loss
+from climb_bayes.laws.base import Law, Params, ParamSpec
+from climb_bayes.model.priors import Priors
 
 __all__ = ["DMLLaw", "full_t"]
 

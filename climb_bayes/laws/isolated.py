@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from climb_bayes.law import log_loss as climb_log_loss
-from climb_bayes.laws.base import Law, Observations, Params, ParamSpec, median_loss
-from climb_bayes.priors import Priors
+from climb_bayes.data.observations import Observations, median_loss
+from climb_bayes.laws.base import Law, Params, ParamSpec
+from climb_bayes.model.law import log_loss as climb_log_loss
+from climb_bayes.model.priors import Priors
 
 __all__ = ["IsolatedLaw", "auto_locations"]
 
@@ -35,7 +36,7 @@ def auto_locations(obs: Observations, priors: Priors) -> tuple[np.ndarray, np.nd
     """Prior locations of ``log_A`` (= ``log_B`` in reference units) and ``log_E``.
 
     ``"auto"`` means ``log(median loss / 2)`` per group, as in the CLIMB model
-    (:func:`climb_bayes.model.prior_locations`).
+    (:func:`climb_bayes.model.climb_model.prior_locations`).
     """
     auto = np.log(median_loss(obs) / 2.0)
 

@@ -38,10 +38,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from climb_bayes.data.observations import Observations
 from climb_bayes.errors import ClimbError
-from climb_bayes.laws.base import Law, LawFit, Observations, Params, ParamSpec
+from climb_bayes.laws.base import Law, LawFit, Params, ParamSpec
 from climb_bayes.laws.isolated import IsolatedLaw
-from climb_bayes.priors import Priors
+from climb_bayes.model.priors import Priors
 
 __all__ = ["MSLLaw", "read_families", "family_matrix", "optimal_mixture", "optimal_mixture_fit"]
 

@@ -1,0 +1,134 @@
+"""One convergence gate for everything read from a fit file.
+
+A fit file holds CLIMB's posterior (NUTS draws with
+:class:`~climb_bayes.inference.diagnostics.Diagnostics`,
+or a point fit with its L-BFGS starts) and the other stacked laws (each with an ``info`` record:
+R-hat, ESS and divergences for NUTS, converged starts for MAP, optimizer success for Laplace).
+:func:`fit_gate` turns all of it into one verdict that every command reading the file prints
+as a single warning line (and that ``--strict`` turns into exit code 2), so no number computed
+from an unconverged or failed fit is shown without a warning.
+
+Thresholds are :mod:`climb_bayes.inference.diagnostics`' (Vehtari et al. 2021): R-hat <= 1.01, bulk
+ESS
+>= 400, no divergent transitions; a point fit fails when none of its starts converged.
+:func:`law_problems` applies the same thresholds to a law's ``info`` record (``evaluate`` shows
+them per law in its table).
+
+References
+----------
+.. [1] Vehtari, Gelman, Simpson, Carpenter & Bürkner (2021), "Rank-normalization, folding, and
+   localization: An improved R-hat for assessing convergence of MCMC", Bayesian Analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from climb_bayes.inference.diagnostics import ESS_MIN, RHAT_MAX
+
+__all__ = ["ConvergenceGate", "law_problems", "starts_problem", "fit_gate", "MIN_STACK_WEIGHT"]
+
+MIN_STACK_WEIGHT = 0.01
+"""Laws with a smaller stacking weight do not move predictions; the gate skips them."""
+
+
+class ConvergenceGate(NamedTuple):
+    """Verdict of :func:`fit_gate`: ``problems`` is empty when every check passed."""
+
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing failed."""
+        return not self.problems
+
+    def warning(self, path: object = "") -> str:
+        """One line for stderr (empty when :attr:`ok`)."""
+        if self.ok:
+            return ""
+        where = f" {path}" if str(path) else ""
+        return (
+            f"WARNING: fit{where} did not converge ({'; '.join(self.problems)}); numbers computed "
+            "from it are not trustworthy. Refit with more --warmup/--samples or a higher "
+            "--target-accept (--strict refuses)."
+        )
+
+
+def starts_problem(starts: str) -> str | None:
+    """``"0/8 converged"`` -> a problem; ``"3/8 converged"`` (or unparsable) -> None."""
+    head = str(starts).split()[0] if str(starts).strip() else ""
+    num, _, den = head.partition("/")
+    if num.isdigit() and den.isdigit() and int(num) == 0:
+        return f"point fit: 0/{den} L-BFGS starts converged"
+    return None
+
+
+def law_problems(info: Mapping[str, Any]) -> list[str]:
+    """Problems in a law's ``info`` record (NUTS, MAP or Laplace); empty when none.
+
+    Parameters
+    ----------
+    info : mapping
+        ``LawFit.info``: ``max_rhat``, ``min_ess``, ``divergences`` (NUTS; CLIMB's as a
+        ``diagnostics`` JSON), ``starts`` (MAP, ``"k/n converged"``) or ``converged``
+        (Laplace).
+
+    Returns
+    -------
+    list of str
+        Short problem descriptions (``"R-hat 1.83 > 1.01"``).
+    """
+    out = []
+    if info.get("diagnostics"):  # every NUTS fit carries its full Diagnostics (arviz-stats)
+        from climb_bayes.inference.diagnostics import Diagnostics
+
+        out += [p.split(": ")[0] for p in Diagnostics.from_json(info["diagnostics"]).problems]
+    else:  # fit files written before law fits stored their Diagnostics
+        rhat = info.get("max_rhat")
+        if rhat is not None and (not math.isfinite(float(rhat)) or float(rhat) > RHAT_MAX):
+            out.append(f"R-hat {float(rhat):.3f} > {RHAT_MAX}")
+        ess = info.get("min_ess")
+        if ess is not None and (not math.isfinite(float(ess)) or float(ess) < ESS_MIN):
+            out.append(f"ESS {float(ess):.0f} < {ESS_MIN}")
+        div = info.get("divergences")
+        if div:
+            out.append(f"{int(div)} divergences")
+    if "starts" in info and (p := starts_problem(info["starts"])) is not None:
+        out.append(p)
+    if info.get("converged") is False:
+        out.append("optimizer did not converge")
+    return out
+
+
+def fit_gate(fit: Any) -> ConvergenceGate:
+    """Check CLIMB's posterior and every stacked law of a
+    :class:`~climb_bayes.inference.fitresult.Fit`.
+
+    Parameters
+    ----------
+    fit : Fit
+        A loaded fit file.
+
+    Returns
+    -------
+    ConvergenceGate
+        Problems prefixed with the law they belong to (``"climb: R-hat 1.014 > 1.01 (...)"``).
+    """
+    problems: list[str] = []
+    diag = fit.diagnostics
+    climb_info = {
+        "diagnostics": diag.to_json() if diag is not None else "",
+        "starts": fit.attrs.get("point_starts", ""),
+    }
+    problems += [f"climb: {p}" for p in law_problems(climb_info)]
+    weights = json.loads(fit.attrs.get("stacking_weights", "{}") or "{}")
+    if "laws" in fit.tree.children:
+        for name, node in fit.tree["laws"].children.items():
+            if weights and float(weights.get(name, 0.0)) < MIN_STACK_WEIGHT:
+                continue
+            info = json.loads(node.attrs.get("info", "{}") or "{}")
+            problems += [f"{name}: {p}" for p in law_problems(info)]
+    return ConvergenceGate(tuple(problems))

@@ -1,0 +1,422 @@
+"""The default predictive: every law's posterior, its extrapolation discrepancy, and stacking.
+
+No single law wins everywhere (CLIMB was best on RegMix and most of 5Mix, MSL on a 7-domain
+benchmark; docs/benchmarks.md). :func:`fit_ensemble` therefore
+
+1. fits every law to all the data (NUTS by default);
+2. runs leave-future-out folds *inside* the data (:mod:`climb_bayes.inference.lfo`; fits on budgets
+   ``<= D_k``, predicts the larger ones) when there are at least three budget levels;
+3. learns each law's extrapolation discrepancy from those residuals, starting from a prior
+   calibrated on published benchmarks (:mod:`climb_bayes.model.discrepancy`);
+4. stacks the laws' predictive distributions with weights that maximise the leave-future-out
+   log score (Yao et al. 2018) -- or the PSIS-LOO log score when the data have a single budget
+   and cannot say how a law extrapolates.
+
+Everything downstream (predict, optimize, suggest, report, evaluate) reads the resulting
+:class:`LawEnsemble`.
+
+The weights and the discrepancy are estimated on the same leave-future-out predictions that
+measure them, an in-sample optimism of a few parameters (docs/model.md); honest numbers come
+from evaluating the whole procedure on data it has not seen (``climb-bayes evaluate``, which
+refits the ensemble, inner folds included, on the fit side only).
+
+References
+----------
+.. [1] Yao, Vehtari, Simpson & Gelman (2018), "Using Stacking to Average Bayesian Predictive
+   Distributions", Bayesian Analysis 13(3).
+.. [2] Bürkner, Gabry & Vehtari (2020), "Approximate leave-future-out cross-validation for
+   Bayesian time series models".
+.. [3] Kennedy & O'Hagan (2001), "Bayesian calibration of computer models".
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from climb_bayes.data.observations import Observations, budget_range
+from climb_bayes.errors import ClimbError
+from climb_bayes.inference.lfo import LfoFold, lfo_folds
+from climb_bayes.inference.predictive import (
+    PredictiveParts,
+    law_and_predictive_draws,
+    log_predictive_density,
+    predictive_parts,
+    predictive_samples,
+)
+from climb_bayes.laws.base import FitOptions, Law, LawFit
+from climb_bayes.model.discrepancy import (
+    Discrepancy,
+    LfoResiduals,
+    calibrate,
+    discrepancy_distance,
+    discrepancy_prior,
+)
+
+__all__ = [
+    "LawEnsemble",
+    "EnsembleOptions",
+    "fit_ensemble",
+    "stacking_weights",
+    "WEIGHT_METHODS",
+    "LFO_METHODS",
+]
+
+MIN_LOO_DRAWS = 100
+"""Fewer posterior draws than this (a point fit, a very short run): PSIS-LOO is not reliable
+(Pareto smoothing needs a tail of at least 5 draws), the in-sample log density stands in."""
+
+WEIGHT_METHODS = ("lfo-stacking", "loo-stacking", "single")
+LFO_METHODS = ("laplace", "nuts", "map", "none")
+
+
+@dataclass(frozen=True)
+class EnsembleOptions:
+    """How :func:`fit_ensemble` fits and calibrates.
+
+    Attributes
+    ----------
+    method : str
+        Inference of the full fits (``"nuts"`` or ``"map"``).
+    lfo : str
+        Inner leave-future-out refits: ``"laplace"`` (default: the posterior mode and a Gaussian
+        around it, :mod:`climb_bayes.inference.laplace`; seconds per refit), ``"nuts"`` (short
+        chains;
+        minutes), ``"map"`` (point fits without priors: their residuals also carry the
+        parameter uncertainty they leave out, so the discrepancy comes out larger) or
+        ``"none"`` (the discrepancy keeps its prior).
+    lfo_folds : int
+        Most inner folds (the last cuts, nearest the full fit).
+    lfo_options : FitOptions, optional
+        Settings of the fold fits (default: the full fits' with fewer draws).
+    discrepancy : bool
+        Learn and use the extrapolation discrepancy.
+    n_draws : int
+        Discrepancy draws (paired with the parameter draws).
+    """
+
+    method: str = "nuts"
+    lfo: str = "laplace"
+    lfo_folds: int = 2
+    lfo_options: FitOptions | None = None
+    discrepancy: bool = True
+    n_draws: int = 1000
+
+
+@dataclass
+class LawEnsemble:
+    """Fitted laws with their discrepancies and stacking weights.
+
+    Attributes
+    ----------
+    fits : dict of str to LawFit
+        One per law (with ``discrepancy`` attached when learned).
+    weights : dict of str to float
+        Stacking weights (sum to 1).
+    weight_method : str
+        One of :data:`WEIGHT_METHODS`.
+    lfo : dict
+        Inner leave-future-out summary per law (folds, residual count, MRE, coverage of the
+        law's predictive before and after the discrepancy).
+    """
+
+    fits: dict[str, LawFit]
+    weights: dict[str, float]
+    weight_method: str = "single"
+    lfo: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Group names (shared by every law)."""
+        return next(iter(self.fits.values())).groups
+
+    def only(self, name: str) -> LawEnsemble:
+        """The ensemble reduced to one law (weight 1)."""
+        if name not in self.fits:
+            raise ClimbError(f"law {name!r} is not in this fit; it has {', '.join(self.fits)}.")
+        return LawEnsemble({name: self.fits[name]}, {name: 1.0}, "single", self.lfo)
+
+    def allocation(self, n: int, seed: int = 0) -> dict[str, int]:
+        """How many of ``n`` samples each law contributes (largest-remainder rounding)."""
+        names = [k for k, w in self.weights.items() if w > 0]
+        w = np.array([self.weights[k] for k in names])
+        raw = w / w.sum() * n
+        out = np.floor(raw).astype(int)
+        rest = n - out.sum()
+        out[np.argsort(raw - out)[::-1][:rest]] += 1
+        return {k: int(c) for k, c in zip(names, out, strict=True) if c > 0}
+
+    def predictive_samples(
+        self, obs: Observations, n_samples: int = 1000, *, seed: int = 0, **kw: Any
+    ) -> np.ndarray:
+        """``(n_samples, N)`` draws of ``log y`` from the stacked predictive."""
+        parts = []
+        for k, (name, count) in enumerate(self.allocation(n_samples).items()):
+            parts.append(predictive_samples(self.fits[name], obs, count, seed=seed + k, **kw))
+        return np.concatenate(parts, axis=0)
+
+    def log_predictive_density(self, obs: Observations, *, seed: int = 0, **kw: Any) -> np.ndarray:
+        """``(N,)`` ``log sum_k w_k p_k(y)`` of each observation."""
+        from scipy.special import logsumexp
+
+        names = [k for k, w in self.weights.items() if w > 0]
+        dens = np.stack([log_predictive_density(self.fits[k], obs, seed=seed, **kw) for k in names])
+        logw = np.log([self.weights[k] for k in names])[:, None]
+        return logsumexp(dens + logw, axis=0)
+
+    def law_and_predictive_draws(
+        self, r: np.ndarray, tokens: np.ndarray, n_samples: int = 4000, *, seed: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(n, B, m)`` stacked draws of the laws' ``log L`` (parameters only) and of a new
+        run's ``log y`` (full predictive) at mixtures ``r`` ``(B, m)`` and budgets ``(B,)``;
+        each law contributes in proportion to its weight."""
+        laws, preds = [], []
+        for k, (name, count) in enumerate(self.allocation(n_samples).items()):
+            a, b = law_and_predictive_draws(self.fits[name], r, tokens, count, seed=seed + k)
+            laws.append(a)
+            preds.append(b)
+        return np.concatenate(laws), np.concatenate(preds)
+
+    def point(self, obs: Observations, **kw: Any) -> np.ndarray:
+        """``(N,)`` point prediction of ``log y``: weighted mean of the laws' median centres."""
+        out = np.zeros(obs.n)
+        for name, w in self.weights.items():
+            if w > 0:
+                parts = predictive_parts(self.fits[name], obs, discrepancy=False, **kw)
+                out += w * np.median(parts.centre, axis=0)
+        return out
+
+
+def stacking_weights(lpd: dict[str, np.ndarray]) -> dict[str, float]:
+    """Stacking weights from pointwise log predictive densities (same points for every law).
+
+    Uses :func:`arviz_stats.compare` (``method="stacking"``) on the pointwise values.
+
+    References
+    ----------
+    .. [1] Yao et al. (2018), Eq. (4).
+    """
+    import xarray as xr
+    from arviz_stats import ELPDData, compare
+
+    if len(lpd) == 1:
+        return {next(iter(lpd)): 1.0}
+    # arviz-stats < 1 requires ``kind``; 1.x has no such argument (measured: 0.8.0 and 1.3.3)
+    extra = {"kind": "loo"} if "kind" in inspect.signature(ELPDData.__init__).parameters else {}
+    elpd = {}
+    for name, x in lpd.items():
+        x = np.asarray(x, dtype=float)
+        elpd[name] = ELPDData(
+            **extra,
+            elpd=float(x.sum()),
+            se=float(x.std() * np.sqrt(x.size)),
+            p=0.0,
+            n_samples=1,
+            n_data_points=int(x.size),
+            scale="log",
+            warning=False,
+            good_k=0.7,
+            elpd_i=xr.DataArray(x, dims=["obs"]),
+            pareto_k=xr.DataArray(np.zeros(x.size), dims=["obs"]),
+        )
+    table = compare(elpd, method="stacking")
+    w = {name: max(float(table.loc[name, "weight"]), 0.0) for name in lpd}
+    total = sum(w.values())
+    return {k: v / total for k, v in w.items()}
+
+
+def _fold_residuals(
+    fold_fit: LawFit, test: Observations, fold_id: int, m: int
+) -> tuple[LfoResiduals, PredictiveParts]:
+    parts = predictive_parts(fold_fit, test, discrepancy=False)
+    lo, hi = budget_range(fold_fit.fit_obs)
+    x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
+    z = test.log_loss - parts.centre.mean(axis=0)
+    res = LfoResiduals(z, parts.variance(False), x, test.group, fold_id * m + test.group)
+    return res, parts
+
+
+def _summary(y: np.ndarray, samples: np.ndarray) -> dict[str, float]:
+    lo90, hi90 = np.quantile(samples, [0.05, 0.95], axis=0)
+    lo50, hi50 = np.quantile(samples, [0.25, 0.75], axis=0)
+    med = np.median(samples, axis=0)
+    return {
+        "n": int(y.size),
+        "mre": float(np.mean(np.abs(np.exp(med - y) - 1.0))),
+        "cov50": float(np.mean((y >= lo50) & (y <= hi50))),
+        "cov90": float(np.mean((y >= lo90) & (y <= hi90))),
+    }
+
+
+def fit_ensemble(
+    obs: Observations,
+    laws: Sequence[Law],
+    options: FitOptions | None = None,
+    ens: EnsembleOptions | None = None,
+    *,
+    prefit: dict[str, LawFit] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> LawEnsemble:
+    """Fit every law, calibrate its discrepancy by inner LFO, and stack (module docstring).
+
+    Parameters
+    ----------
+    obs : Observations
+        The data (each law uses the observations it can explain).
+    laws : sequence of Law
+        Laws to combine.
+    options : FitOptions, optional
+        Settings of the full fits (NUTS chains, draws, priors, seed).
+    ens : EnsembleOptions, optional
+        Inner-fold and discrepancy settings.
+    prefit : dict of str to LawFit, optional
+        Full fits already made (e.g. CLIMB's by ``climb-bayes fit``); the others are fitted.
+    log : callable, optional
+        Progress lines.
+
+    Returns
+    -------
+    LawEnsemble
+    """
+    options = options or FitOptions()
+    ens = ens or EnsembleOptions()
+    log = log or (lambda _msg: None)
+    if ens.lfo not in LFO_METHODS:
+        raise ClimbError(f"--lfo must be one of {', '.join(LFO_METHODS)}, got {ens.lfo!r}.")
+    laws = [law.prepare(obs) for law in laws]
+    fits: dict[str, LawFit] = dict(prefit or {})
+    for law in laws:
+        if law.name not in fits:
+            t0 = time.perf_counter()
+            fits[law.name] = law.fit(obs, ens.method, options, log=log)
+            log(f"{law.name}: {ens.method} fit in {time.perf_counter() - t0:.1f} s")
+    # the points every law can predict: stacking compares laws on the same observations
+    common = obs
+    for law in laws:
+        common = law.usable(common)
+    folds: list[LfoFold] = (
+        [] if ens.lfo == "none" else lfo_folds(common, max_folds=ens.lfo_folds, keep="latest")
+    )
+    fold_opts = ens.lfo_options or replace(
+        options, warmup=min(options.warmup, 400), samples=min(options.samples, 400)
+    )
+    resid: dict[str, list[LfoResiduals]] = {law.name: [] for law in laws}
+    fold_parts: dict[str, list[tuple[LawFit, Observations, PredictiveParts]]] = {
+        law.name: [] for law in laws
+    }
+    for f, fold in enumerate(folds):
+        train, test = common.select(fold.fit), common.select(fold.test)
+        log(
+            f"leave-future-out fold {f + 1}/{len(folds)}: fit budgets <= {fold.cut:.3g} "
+            f"({train.n} observations), predict {test.n} at up to "
+            f"{float(test.run_budget[test.run].max() / fold.cut):.3g}x"
+        )
+        for law in laws:
+            t0 = time.perf_counter()
+            fold_fit = law.prepare(train).fit(train, ens.lfo, fold_opts)
+            r, parts = _fold_residuals(fold_fit, test, f, obs.m)
+            resid[law.name].append(r)
+            fold_parts[law.name].append((fold_fit, test, parts))
+            log(f"  {law.name}: fold fit in {time.perf_counter() - t0:.1f} s")
+    lo, hi = budget_range(common)
+    lfo_summary: dict[str, Any] = {}
+    for law in laws:
+        fit = fits[law.name]
+        prior = discrepancy_prior(law.name)
+        if ens.discrepancy:
+            all_resid = LfoResiduals.concat(resid[law.name])
+            disc = calibrate(all_resid, prior, lo, hi, n_draws=ens.n_draws, seed=options.seed)
+            fits[law.name] = replace(fit, discrepancy=disc)
+            tau = np.median(disc.tau, axis=0)
+            log(
+                f"{law.name}: discrepancy from {disc.source} ({all_resid.z.size} LFO residuals); "
+                f"median tau {', '.join(f'{t:.3f}' for t in tau)} per squared unit of log D"
+            )
+        lfo_summary[law.name] = {"folds": len(folds), "prior_median": prior.median}
+    weights: dict[str, float]
+    if len(laws) == 1:
+        weights, method = {laws[0].name: 1.0}, "single"
+    elif folds:
+        lpd = {}
+        for law in laws:
+            lpd[law.name], scores = _score_folds(
+                fold_parts[law.name], fits[law.name].discrepancy, options.seed
+            )
+            lfo_summary[law.name] |= scores
+        weights, method = stacking_weights(lpd), "lfo-stacking"
+    else:
+        weights, method = _loo_weights(fits, common), "loo-stacking"
+    log(
+        f"stacking weights ({method}): "
+        + ", ".join(f"{k} {w:.2f}" for k, w in sorted(weights.items(), key=lambda kv: -kv[1]))
+    )
+    return LawEnsemble(fits, weights, method, lfo_summary)
+
+
+def _score_folds(
+    folds: list[tuple[LawFit, Observations, PredictiveParts]],
+    disc: Discrepancy | None,
+    seed: int,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Pointwise LFO log densities with the learned discrepancy (measured from each fold's own
+    budget range), and coverage / MRE of the fold predictives without and with it."""
+    chunks, before, after = [], [], []
+    for fold_fit, test, parts in folds:
+        with_d = fold_fit
+        if disc is not None:
+            flo, fhi = budget_range(fold_fit.fit_obs)
+            with_d = replace(fold_fit, discrepancy=disc._replace(lo=flo, hi=fhi))
+        chunks.append(log_predictive_density(with_d, test, seed=seed))
+        plain = predictive_samples(fold_fit, test, 1000, discrepancy=False, parts=parts)
+        before.append(_summary(test.log_loss, plain))
+        after.append(_summary(test.log_loss, predictive_samples(with_d, test, 1000, seed=seed)))
+    lpd = np.concatenate(chunks)
+    scores = {
+        "n": int(lpd.size),
+        "lpd": float(lpd.mean()),
+        "without_discrepancy": _pool(before),
+        "with_discrepancy": _pool(after),
+    }
+    return lpd, scores
+
+
+def _pool(rows: list[dict[str, float]]) -> dict[str, float]:
+    n = sum(r["n"] for r in rows)
+    out = {"n": n}
+    for key in ("mre", "cov50", "cov90"):
+        out[key] = float(sum(r[key] * r["n"] for r in rows) / max(n, 1))
+    return out
+
+
+def _loo_weights(fits: dict[str, LawFit], obs: Observations) -> dict[str, float]:
+    """Stacking on PSIS-LOO of each law's per-run-group log-likelihood (one budget only)."""
+    from climb_bayes.inference.predictive import pointwise_log_likelihood
+
+    lpd = {}
+    for name, fit in fits.items():
+        ll = pointwise_log_likelihood(fit, obs)
+        if ll.shape[0] < MIN_LOO_DRAWS:  # a point fit or a short run: in-sample density
+            lpd[name] = np.log(np.mean(np.exp(ll - ll.max(axis=0)), axis=0)) + ll.max(axis=0)
+            continue
+        lpd[name] = _psis_loo_pointwise(ll)
+    return stacking_weights(lpd)
+
+
+def _psis_loo_pointwise(ll: np.ndarray) -> np.ndarray:
+    """``(G,)`` PSIS-LOO log predictive densities from ``(S, G)`` log-likelihoods
+    (:func:`arviz_stats.loo` on a one-chain tree)."""
+    import arviz_base
+    from arviz_stats import loo
+
+    tree = arviz_base.from_dict(
+        {
+            "posterior": {"_": np.zeros((1, ll.shape[0]))},
+            "log_likelihood": {"y": ll[None]},
+        }
+    )
+    return np.asarray(loo(tree, pointwise=True, var_name="y").elpd_i).ravel()

@@ -1,0 +1,265 @@
+"""NUTS inference for the CLIMB model (NumPyro), chains in parallel over CPU cores.
+
+Initialisation (measured, see ``docs/performance.md``): every chain starts from its own draw
+near the prior centre (``init="prior-centre"``: prior locations with transfer switched off,
+jittered by a quarter of the prior spread). That was the most reliable option on the law:
+``init_to_median`` of the prior starts in regions of strong random transfer where warm-up can
+stall, and a start at the point fit puts all chains in one (possibly wrong) mode and collapses
+hierarchical scales (``tau_b`` -> 0), which stalls the sampler in a funnel.
+
+References
+----------
+.. [1] Hoffman & Gelman (2014), "The No-U-Turn Sampler".
+.. [2] Phan, Pradhan & Jankowiak (2019), "Composable Effects for Flexible and Accelerated
+   Probabilistic Programming in NumPyro".
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import (
+    MCMC,
+    NUTS,
+    init_to_median,
+    init_to_sample,
+    init_to_uniform,
+    init_to_value,
+)
+
+from climb_bayes.errors import ClimbError
+from climb_bayes.inference.point_fit import PointFit
+from climb_bayes.model.climb_model import ModelData, climb_model, sampler_coordinates
+from climb_bayes.model.priors import Priors
+
+__all__ = [
+    "INITS",
+    "BLOCKS",
+    "EXTRA_FIELDS",
+    "NutsConfig",
+    "run_nuts",
+    "nuts_mcmc",
+    "resolve_chain_method",
+    "prior_centre",
+    "chain_inits",
+    "POSITIVE_SITES",
+    "from_unconstrained",
+]
+
+INITS = ("prior-centre", "median", "prior", "map")
+BLOCKS = ("auto", "joint", "language")
+EXTRA_FIELDS = ("diverging", "num_steps", "energy", "accept_prob")
+"""Per-draw sampler statistics recorded with every fit."""
+
+
+class NutsConfig(NamedTuple):
+    """NUTS settings. ``samples`` is the total number of kept draws over all chains."""
+
+    chains: int = 4
+    warmup: int = 1000
+    samples: int = 2000
+    target_accept: float = 0.9
+    max_tree_depth: int = 10
+    init: str = "prior-centre"
+    dense_mass: bool = True
+    chain_method: str = "auto"
+    progress_bar: bool | None = None
+    blocks: str = "auto"
+
+    @property
+    def draws_per_chain(self) -> int:
+        """Kept draws per chain (``ceil(samples / chains)``)."""
+        return -(-self.samples // self.chains)
+
+    def check(self) -> None:
+        """Raise :class:`ClimbError` on settings NUTS cannot use."""
+        if self.chains < 1:
+            raise ClimbError(f"--chains must be >= 1, got {self.chains}.")
+        if self.samples < self.chains:
+            raise ClimbError(f"--samples ({self.samples}) must be >= --chains ({self.chains}).")
+        if self.warmup < 1:
+            raise ClimbError(f"--warmup must be >= 1, got {self.warmup}.")
+        if not 0 < self.target_accept < 1:
+            raise ClimbError(f"--target-accept must lie in (0, 1), got {self.target_accept}.")
+        if not 1 <= self.max_tree_depth <= 15:
+            raise ClimbError(f"--max-tree-depth must lie in 1..15, got {self.max_tree_depth}.")
+        if self.init not in INITS:
+            raise ClimbError(f"--init must be one of {', '.join(INITS)}, got {self.init!r}.")
+        if self.blocks not in BLOCKS:
+            raise ClimbError(f"--blocks must be one of {', '.join(BLOCKS)}, got {self.blocks!r}.")
+
+
+def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
+    """Centre of the prior in the latent space, with transfer switched off."""
+    m, p = data.n_targets, data.n_pairs
+    centre = {
+        "log_A": np.asarray(data.reducible_loc, float),
+        "log_E": np.asarray(data.irreducible_loc, float),
+        "beta": np.full(m, priors.beta_median),
+        "eta": np.full(m, priors.eta_median),
+        "sigma": np.full(m, priors.noise_scale / 2),
+        "kappa_offdiag": np.zeros(p),
+    }
+    if priors.run_effect:
+        centre["sigma_run"] = np.full(m, priors.run_effect_scale / 2)
+    if priors.hierarchical_transfer:
+        centre |= {
+            "mu_b": np.zeros(()),
+            "tau_b": np.asarray(priors.transfer_scale / 2),
+            "b_z": np.zeros(p),
+        }
+    else:
+        centre["b_offdiag"] = np.zeros(p)
+    return centre
+
+
+def _jittered_inits(
+    key: jax.Array, data: ModelData, priors: Priors, chains: int, base: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Per-chain initial values: ``base`` jittered by a quarter of the prior spread."""
+    spread = {
+        "log_L0": 0.5 * priors.irreducible_scale,
+        "logit_f": priors.reducible_scale,
+        "log_slope": priors.beta_log_sd,
+        "b_saturated": 0.5 * priors.transfer_scale,
+        "kappa_saturated": 0.5 * priors.decay_scale,
+        "b_z": 1.0,
+        "mu_b": priors.transfer_scale,
+    }
+    log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "sigma_run": 0.5, "tau_b": 0.5}
+    out = {}
+    for i, (name, value) in enumerate(sorted(base.items())):
+        value = np.asarray(value, float)
+        z = np.asarray(jax.random.normal(jax.random.fold_in(key, i), (chains,) + value.shape))
+        if name in log_spread:
+            out[name] = value * np.exp(0.25 * log_spread[name] * z)
+        else:
+            out[name] = value + 0.25 * spread.get(name, 0.1) * z
+    return out
+
+
+def chain_inits(
+    key: jax.Array,
+    data: ModelData,
+    priors: Priors,
+    chains: int,
+    base: dict[str, np.ndarray] | None = None,
+) -> dict[str, jnp.ndarray]:
+    """Per-chain starting values in NUTS's unconstrained coordinates.
+
+    ``base`` (sampled coordinates, see :func:`climb_bayes.model.climb_model.sampler_coordinates`;
+    the
+    prior centre with transfer off when omitted) jittered by a quarter of the prior spread:
+    the ``prior-centre`` start of :func:`run_nuts`, also used by SBC.
+    """
+    if base is None:
+        base = sampler_coordinates(prior_centre(data, priors), data, priors)
+    return _to_unconstrained(_jittered_inits(key, data, priors, chains, base))
+
+
+def run_nuts(
+    key: jax.Array,
+    data: ModelData,
+    priors: Priors,
+    config: NutsConfig | None = None,
+    point: PointFit | None = None,
+) -> MCMC:
+    """Run NUTS on the CLIMB model and return the NumPyro ``MCMC`` object.
+
+    Parameters
+    ----------
+    key : jax.Array
+        PRNG key (same key and settings give identical draws).
+    data : ModelData
+        Observations in reference units.
+    priors : Priors
+        Prior settings.
+    config : NutsConfig
+        Sampler settings.
+    point : PointFit, optional
+        Needed for ``init="map"`` (chains start jittered around the point fit).
+    """
+    config = config or NutsConfig()
+    config.check()
+    init_key, run_key = jax.random.split(key)
+    if config.init == "median":
+        strategy, init_params = init_to_median(num_samples=15), None
+    elif config.init == "prior":
+        strategy, init_params = init_to_sample(), None
+    else:
+        if config.init == "map":
+            if point is None:
+                raise ClimbError("init='map' needs a point fit.")
+            base = dict(point.values)
+        else:
+            base = prior_centre(data, priors)
+        base = sampler_coordinates(base, data, priors)
+        strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
+        init_params = chain_inits(init_key, data, priors, config.chains, base)
+
+    mcmc = nuts_mcmc(climb_model, config, init_strategy=strategy)
+    mcmc.run(
+        run_key,
+        data,
+        priors,
+        init_params=init_params,
+        extra_fields=EXTRA_FIELDS,
+    )
+    return mcmc
+
+
+def resolve_chain_method(chains: int, requested: str = "auto") -> str:
+    """NumPyro's ``chain_method``: ``"auto"`` is parallel when there is a host device per chain
+    (see :mod:`climb_bayes`), else vectorised; any other value is returned as given."""
+    if requested != "auto":
+        return requested
+    return "parallel" if jax.local_device_count() >= chains else "vectorized"
+
+
+def nuts_mcmc(
+    model: Callable[..., None],
+    config: NutsConfig,
+    init_strategy: Callable[..., Any] = init_to_uniform,
+) -> MCMC:
+    """NumPyro ``MCMC`` with a NUTS kernel on ``model``, configured by ``config``.
+
+    Chains run in parallel over host devices when there are enough of them (see
+    :mod:`climb_bayes`), else vectorised; the progress bar shows only on a terminal unless
+    ``config.progress_bar`` says otherwise.
+    """
+    chain_method = resolve_chain_method(config.chains, config.chain_method)
+    progress = sys.stderr.isatty() if config.progress_bar is None else config.progress_bar
+    kernel = NUTS(
+        model,
+        target_accept_prob=config.target_accept,
+        max_tree_depth=config.max_tree_depth,
+        init_strategy=init_strategy,
+        dense_mass=config.dense_mass,
+    )
+    return MCMC(
+        kernel,
+        num_warmup=config.warmup,
+        num_samples=config.draws_per_chain,
+        num_chains=config.chains,
+        chain_method=chain_method,
+        progress_bar=progress,
+    )
+
+
+POSITIVE_SITES = frozenset({"eta", "sigma", "sigma_run", "tau_b"})
+"""Latent sites NUTS moves on the log scale (NumPyro's default transform); the rest are real."""
+
+
+def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
+    """Map positive sites to the log scale NUTS works on (NumPyro's default transforms)."""
+    return {k: jnp.log(v) if k in POSITIVE_SITES else jnp.asarray(v) for k, v in values.items()}
+
+
+def from_unconstrained(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inverse of the sampler's transforms: latent values from NUTS's coordinates."""
+    return {k: np.exp(v) if k in POSITIVE_SITES else np.asarray(v) for k, v in values.items()}

@@ -1,0 +1,316 @@
+"""Posterior predictive of a fitted law at observations: law + run effect + noise + discrepancy.
+
+For each posterior draw ``s`` and observation ``n`` (language ``i``, budget ``D``, mixture
+``r``, in run ``g``):
+
+    log y = law_s(D, r)_i + [shift of run g] + delta_s + noise
+
+* the **run effect and noise** (:mod:`climb_bayes.model.observation`): a run the fit has seen (a
+  later checkpoint of a fitted trajectory) gets the conditional law given that run's fitted
+  residuals; a new run gets the marginal one, scale ``sqrt(sigma^2 + sigma_run^2)``;
+* the **discrepancy** ``delta`` (:mod:`climb_bayes.model.discrepancy`), 0 inside the fitted budgets.
+
+:func:`predictive_parts` returns these pieces per draw; :func:`predictive_samples` draws from
+the predictive and :func:`log_predictive_density` scores observations under it (the density of
+the law + noise part is exact per draw; the discrepancy is integrated by Monte Carlo, one draw
+of it per posterior draw).
+
+Units
+-----
+Everything on log(loss) (nats/token before the log).
+
+References
+----------
+.. [1] Gelman et al. (2013), "Bayesian Data Analysis", 3rd ed., Section 6.3 (posterior
+   predictive distributions).
+.. [2] Kennedy & O'Hagan (2001), "Bayesian calibration of computer models".
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from climb_bayes.data.observations import Observations
+from climb_bayes.laws.base import LawFit
+from climb_bayes.model.observation import conditional_moments, group_stats
+
+__all__ = [
+    "PredictiveParts",
+    "predictive_parts",
+    "predictive_samples",
+    "log_predictive_density",
+    "draw_index",
+    "pointwise_log_likelihood",
+    "query_observations",
+    "law_and_predictive_draws",
+]
+
+
+class PredictiveParts(NamedTuple):
+    """The predictive of ``log y`` at ``N`` observations, per posterior draw.
+
+    Attributes
+    ----------
+    law : numpy.ndarray
+        ``(S, N)`` the law's prediction (expected log-loss: parameter uncertainty only).
+    shift : numpy.ndarray
+        ``(S, N)`` conditional run-effect shift (0 for new runs).
+    scale : numpy.ndarray
+        ``(S, N)`` scale of the run effect plus point noise.
+    df : numpy.ndarray
+        ``(S, N)`` degrees of freedom (``inf``: Normal).
+    delta_sd : numpy.ndarray
+        ``(S, N)`` sd of the discrepancy (0 inside the fitted budgets or without one).
+    """
+
+    law: np.ndarray
+    shift: np.ndarray
+    scale: np.ndarray
+    df: np.ndarray
+    delta_sd: np.ndarray
+
+    @property
+    def centre(self) -> np.ndarray:
+        """``(S, N)`` location of the noise around the law: ``law + shift``."""
+        return self.law + self.shift
+
+    def variance(self, with_discrepancy: bool = True) -> np.ndarray:
+        """``(N,)`` predictive variance of ``log y`` (mixture over draws; t noise variance
+        ``scale^2 df / (df - 2)``, capped at ``df = 3`` for heavier tails)."""
+        df = np.maximum(self.df, 3.0)
+        finite = np.isfinite(df)
+        inflation = np.ones_like(df)
+        inflation[finite] = df[finite] / (df[finite] - 2.0)
+        noise = self.scale**2 * inflation
+        total = noise + (self.delta_sd**2 if with_discrepancy else 0.0)
+        return np.var(self.centre, axis=0) + np.mean(total, axis=0)
+
+
+def draw_index(n_draws: int, n_samples: int, seed: int = 0) -> np.ndarray:
+    """Which posterior draw each of ``n_samples`` predictive samples uses (cycled if fewer)."""
+    if n_draws >= n_samples:
+        rng = np.random.default_rng(seed)
+        return np.sort(rng.choice(n_draws, n_samples, replace=False))
+    return np.arange(n_samples) % n_draws
+
+
+def _series_keys(obs: Observations) -> np.ndarray:
+    """``(N, 2 + m)`` key of each observation's (trajectory, group): series label, group and
+    the run's mixture (1e-9 units).
+
+    Series labels are integer codes local to a table (``arange`` when a table has none); two
+    tables built separately (a published train/test pair) reuse them for different runs. A
+    trajectory's mixture is fixed, so requiring it to match too keeps such runs apart (a held-out
+    run is then a new run, not the continuation of an unrelated fitted one).
+    """
+    mix = np.rint(np.asarray(obs.run_r)[obs.run] * 1e9).astype(np.int64)
+    return np.column_stack([obs.obs_series, obs.group, mix])
+
+
+def _run_stats(fit: LawFit, obs: Observations) -> tuple:
+    """Per draw, the fitted residual sums of the run group of every scored observation."""
+    fo = fit.fit_obs
+    fit_keys = _series_keys(fo)
+    keys, fit_gid = np.unique(fit_keys, axis=0, return_inverse=True)
+    fit_gid = np.asarray(fit_gid).ravel()
+    resid = fo.log_loss[None, :] - fit.predict_obs(fo)  # (S, N_fit)
+    gid = jnp.asarray(fit_gid)
+    st = jax.vmap(lambda e: group_stats(e, gid))(jnp.asarray(resid))
+    test_keys = _series_keys(obs)
+    lookup = {tuple(k): i for i, k in enumerate(keys)}
+    idx = np.array([lookup.get(tuple(k), -1) for k in test_keys])
+    return st, idx
+
+
+def predictive_parts(
+    fit: LawFit,
+    obs: Observations,
+    *,
+    known_runs: bool = True,
+    discrepancy: bool = True,
+) -> PredictiveParts:
+    """The pieces of the predictive at ``obs`` for every draw of ``fit``.
+
+    Parameters
+    ----------
+    fit : LawFit
+        A fitted law (its ``sigma_run`` and ``fit_obs`` enable run effects).
+    obs : Observations
+        Where to predict (same groups as the fit).
+    known_runs : bool
+        Condition on the fitted residuals of runs the fit has seen (a continued trajectory);
+        ``False`` treats every observation as a new run.
+    discrepancy : bool
+        Include the fit's discrepancy (when it has one).
+    """
+    law = fit.predict_obs(obs)
+    s_draws = law.shape[0]
+    sigma = fit.sigma[:, obs.group]
+    df0 = np.inf if fit.likelihood == "normal" else float(fit.student_df)
+    shift = np.zeros_like(law)
+    if fit.sigma_run is None:
+        scale = sigma
+        df = np.full_like(law, df0)
+    else:
+        t = fit.sigma_run[:, obs.group]
+        scale = np.sqrt(sigma**2 + t**2)
+        df = np.full_like(law, df0)
+        if known_runs and fit.fit_obs is not None and fit.fit_obs.n:
+            st, idx = _run_stats(fit, obs)
+            known = idx >= 0
+            if known.any():
+                sel = idx[known]
+                sub = type(st)(*(np.asarray(a)[:, sel] for a in st))
+                sh, sc, dd = conditional_moments(
+                    sub,
+                    jnp.asarray(sigma[:, known]),
+                    jnp.asarray(t[:, known]),
+                    None if np.isinf(df0) else df0,
+                )
+                shift[:, known] = np.asarray(sh)
+                scale[:, known] = np.asarray(sc)
+                df[:, known] = np.asarray(dd)
+    delta_sd = np.zeros_like(law)
+    if discrepancy and fit.discrepancy is not None:
+        d = fit.discrepancy
+        if d.tau.shape[0] != s_draws:
+            d = d.take(np.arange(s_draws) % d.tau.shape[0])
+        delta_sd = d.sd(obs.run_budget[obs.run], obs.group)
+    return PredictiveParts(law, shift, scale, df, delta_sd)
+
+
+def _noise_draws(rng: np.random.Generator, df: np.ndarray) -> np.ndarray:
+    normal = rng.standard_normal(df.shape)
+    finite = np.isfinite(df)
+    if not finite.any():
+        return normal
+    w = rng.chisquare(np.where(finite, df, 1.0)) / np.where(finite, df, 1.0)
+    return np.where(finite, normal / np.sqrt(w), normal)
+
+
+def predictive_samples(
+    fit: LawFit,
+    obs: Observations,
+    n_samples: int = 1000,
+    *,
+    seed: int = 0,
+    known_runs: bool = True,
+    discrepancy: bool = True,
+    parts: PredictiveParts | None = None,
+) -> np.ndarray:
+    """``(n_samples, N)`` draws of ``log y`` from the predictive at ``obs``.
+
+    Each sample uses one posterior draw (:func:`draw_index`), the discrepancy draw paired with
+    it (shared by all observations of that sample, so the joint structure over languages and
+    mixtures is kept), and independent noise per observation.
+    """
+    parts = parts or predictive_parts(fit, obs, known_runs=known_runs, discrepancy=discrepancy)
+    idx = draw_index(parts.law.shape[0], n_samples, seed)
+    rng = np.random.default_rng(seed)
+    out = parts.centre[idx] + parts.scale[idx] * _noise_draws(rng, parts.df[idx])
+    if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
+        d = fit.discrepancy
+        d = d.take(idx % d.tau.shape[0])
+        out = out + d.sample(rng, obs.run_budget[obs.run], obs.group, obs.r)
+    return out
+
+
+def log_predictive_density(
+    fit: LawFit,
+    obs: Observations,
+    *,
+    seed: int = 0,
+    known_runs: bool = True,
+    discrepancy: bool = True,
+    parts: PredictiveParts | None = None,
+) -> np.ndarray:
+    """``(N,)`` log predictive density of each observed ``log y``.
+
+    ``log (1/S) sum_s p(log y | draw s, delta_s)``: exact Student-t/Normal density of the noise
+    per draw, the discrepancy integrated by one Monte-Carlo draw per posterior draw (the same
+    draws as :func:`predictive_samples` with ``n_samples = S``).
+    """
+    parts = parts or predictive_parts(fit, obs, known_runs=known_runs, discrepancy=discrepancy)
+    s = parts.law.shape[0]
+    delta = np.zeros_like(parts.law)
+    if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
+        d = fit.discrepancy
+        d = d.take(np.arange(s) % d.tau.shape[0])
+        delta = d.sample(np.random.default_rng(seed), obs.run_budget[obs.run], obs.group, obs.r)
+    z = (obs.log_loss[None, :] - parts.centre - delta) / parts.scale
+    finite = np.isfinite(parts.df)
+    dens = np.where(
+        finite,
+        stats.t.logpdf(z, np.where(finite, parts.df, 1.0)),
+        stats.norm.logpdf(z),
+    ) - np.log(parts.scale)
+    from scipy.special import logsumexp
+
+    return logsumexp(dens, axis=0) - np.log(s)
+
+
+def pointwise_log_likelihood(fit: LawFit, obs: Observations) -> np.ndarray:
+    """``(S, G)`` log-likelihood of each (run, group) of ``obs`` per draw (``(S, N)`` per point
+    when the fit has no run effect): the units PSIS-LOO leaves out."""
+    law = fit.predict_obs(obs)
+    df = None if fit.likelihood == "normal" else float(fit.student_df)
+    sigma = fit.sigma[:, obs.group]
+    if fit.sigma_run is None:
+        z = (obs.log_loss[None, :] - law) / sigma
+        dens = stats.norm.logpdf(z) if df is None else stats.t.logpdf(z, df)
+        return dens - np.log(sigma)
+    from climb_bayes.model.observation import GroupedNoise
+
+    group = jnp.asarray(obs.obs_group)
+    n_groups = int(obs.obs_group.max()) + 1
+    y = jnp.asarray(obs.log_loss)
+
+    def one(loc: jax.Array, s: jax.Array, t: jax.Array) -> jax.Array:
+        return GroupedNoise(loc, s, t, group, df).group_log_prob(y)[:n_groups]
+
+    t = fit.sigma_run[:, obs.group]
+    return np.asarray(jax.jit(jax.vmap(one))(jnp.asarray(law), jnp.asarray(sigma), jnp.asarray(t)))
+
+
+def query_observations(groups: tuple[str, ...], r: np.ndarray, tokens: np.ndarray) -> Observations:
+    """Observations at new points: every group of each mixture ``r`` (``(B, m)``) at its
+    budget ``tokens`` (``(B,)``), as new runs (placeholder losses of 1; for prediction only)."""
+    r = np.atleast_2d(np.asarray(r, dtype=float))
+    tokens = np.atleast_1d(np.asarray(tokens, dtype=float))
+    n_pts, m = r.shape
+    return Observations(
+        groups=groups,
+        run_ids=tuple(f"query-{i}" for i in range(n_pts)),
+        run_r=r,
+        run_budget=tokens,
+        run=np.repeat(np.arange(n_pts), m),
+        tokens=np.repeat(tokens, m),
+        group=np.tile(np.arange(m), n_pts),
+        loss=np.ones(n_pts * m),
+        run_series=-1 - np.arange(n_pts),  # labels no fitted run has: new runs
+    )
+
+
+def law_and_predictive_draws(
+    fit: LawFit, r: np.ndarray, tokens: np.ndarray, n_samples: int, *, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, B, m)`` draws of the law's ``log L`` (parameters only) and of one new run's
+    ``log y`` (parameters, discrepancy, run effect and noise) at mixtures ``r`` and budgets
+    ``tokens``; ``+inf`` where a group has share 0 and the law cannot predict it."""
+    obs = query_observations(fit.groups, r, tokens)
+    parts = predictive_parts(fit, obs, known_runs=False)
+    idx = draw_index(parts.law.shape[0], n_samples, seed)
+    law = parts.law[idx]
+    pred = predictive_samples(fit, obs, n_samples, seed=seed, known_runs=False, parts=parts)
+    shape = (n_samples,) + np.atleast_2d(r).shape
+    law, pred = law.reshape(shape), pred.reshape(shape)
+    if not fit.law.zero_share_ok:
+        zero = np.atleast_2d(r)[None] <= 0
+        law = np.where(zero, np.inf, law)
+        pred = np.where(zero, np.inf, pred)
+    return law, pred

@@ -1,0 +1,468 @@
+"""NumPyro model of the CLIMB law with priors and a robust likelihood on log-loss.
+
+The model is written in reference units (budgets divided by ``d_ref``), see
+:mod:`climb_bayes.model.priors`. Deterministic sites give the parameters back in tokens
+(``log_B``, ``k``) and as matrices (``b``, ``k`` indexed ``[source, target]``).
+
+Sites
+-----
+latent : ``log_L0``, ``logit_f``, ``log_slope``, ``eta``, ``sigma``, ``sigma_run`` (language),
+    ``b_saturated`` and ``kappa_saturated`` (pair); with hierarchical transfer ``mu_b``,
+    ``tau_b`` and ``b_z`` (pair) replace ``b_saturated``.
+deterministic : ``log_A``, ``log_E``, ``beta``, ``log_B``, ``B``, ``E`` (language),
+    ``b_offdiag``, ``kappa_offdiag`` (pair), ``b``, ``k`` (source_language, language).
+observed : ``log_loss`` (obs): one :class:`~climb_bayes.model.observation.GroupedNoise` vector
+    (the points of one run and language share a marginalised run effect ``sigma_run``), or
+    independent Student-t/Normal points with ``run_effect = false``.
+
+Parameterisation
+----------------
+The priors are on ``log A_i`` (reducible loss at ``d_ref``), ``log E_i`` and ``beta_i``, but
+NUTS does not move in ``(log A, log E)``: on two budgets the data pin down the total loss at
+the reference budget and its local slope, leaving ``(log A, beta, log E)`` on a curved ridge
+(posterior correlations of 0.9-0.99 measured, tree depth saturated at 10). The sampler works
+on ``log L0 = log(A + E)`` and ``logit f = log A - log E`` (``f = A / (A + E)``, the reducible
+share of the loss at ``d_ref``). The map ``(log L0, logit f) -> (log A, log E)`` has unit
+Jacobian determinant, so the priors on ``log A`` and ``log E`` are added unchanged with
+``numpyro.factor`` and the posterior is exactly the one the priors define.
+
+Two more changes of coordinates follow the same rule (priors unchanged, Jacobians exact):
+
+* ``log_slope = log(beta f)``: ``beta f`` is minus the local slope ``d log L / d log D`` at
+  ``d_ref``, which two budgets pin down; ``beta = slope / f`` then moves with ``f`` along the
+  ridge instead of across it. ``(log_slope, logit_f) -> (log beta, logit_f)`` is triangular
+  with unit diagonal.
+* ``b_saturated = b (1 - exp(-eta_i c))`` and ``kappa_saturated = kappa (1 - exp(-eta_i c))``
+  for target language ``i``, where ``c`` is the median non-trivial share in the data
+  (``ModelData.reference_share``): where ``eta_i r_i`` is small the data only see the product
+  of transfer and saturation, a curved ridge in ``(eta, b)``; the saturated coordinates are
+  what the data measure. Jacobian: ``-log(1 - exp(-eta_i c))`` per pair and parameter.
+
+Measured on the shipped default data and a 5-language simulation (4 chains x (1000 + 500)):
+leapfrog steps per draw 40-46 -> 16-17 and 110 -> 47-51, minimum bulk ESS 505-552 ->
+1177-1252 and 317-378 -> 601-697 (docs/model.md).
+
+References
+----------
+.. [1] Guo et al. (2025), Eq. (6) (the law).
+.. [2] Besiroglu et al. (2024), "Chinchilla Scaling: A replication attempt" (fitting on
+   log-loss with a robust loss).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from climb_bayes.data.runs import RunsData
+from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
+from climb_bayes.model.observation import GroupedNoise
+from climb_bayes.model.priors import Priors
+
+__all__ = [
+    "ModelData",
+    "model_data",
+    "reference_share",
+    "sampler_coordinates",
+    "draw_prior",
+    "reference_budget",
+    "pair_indices",
+    "pair_labels",
+    "climb_model",
+    "LATENT_SITES",
+    "NATURAL_SITES",
+    "latent_sites",
+    "model_trace",
+    "weighted_log_likelihood",
+    "prior_locations",
+]
+
+LATENT_SITES = (
+    "log_L0",
+    "logit_f",
+    "log_slope",
+    "b_saturated",
+    "kappa_saturated",
+    "eta",
+    "sigma",
+)
+"""Sites NUTS samples (without hierarchical transfer; see :func:`latent_sites`)."""
+
+NATURAL_SITES = ("log_A", "log_E", "beta", "b_offdiag", "kappa_offdiag", "eta", "sigma")
+"""The law's own parameters (reference units), from which :func:`sampler_coordinates` maps."""
+
+
+class ModelData(NamedTuple):
+    """Arrays the model conditions on (all NumPy; JAX converts them when traced)."""
+
+    point_r: np.ndarray  # (P, m) proportions of each evaluation point
+    point_d: np.ndarray  # (P,) tokens seen / d_ref
+    obs_point: np.ndarray  # (N,) int
+    obs_language: np.ndarray  # (N,) int
+    obs_log_loss: np.ndarray  # (N,) log of observed loss
+    reducible_loc: np.ndarray  # (m,) prior location of log_A
+    irreducible_loc: np.ndarray  # (m,) prior location of log_E
+    d_ref: float
+    reference_share: float = 0.5  # share c of the saturated transfer coordinates
+    obs_mask: np.ndarray | None = None  # (N,) bool; False = padding, not observed
+    obs_group: np.ndarray | None = None  # (N,) int < N; (run, language) group of each obs
+
+    @property
+    def n_targets(self) -> int:
+        """Number of target languages modelled: the first ``n_targets`` columns of ``point_r``.
+
+        All languages for a full fit; one for a per-language block
+        (:mod:`climb_bayes.inference.nuts_blocks`), whose target is column 0.
+        """
+        return int(np.shape(self.reducible_loc)[-1])
+
+    @property
+    def n_pairs(self) -> int:
+        """Number of transfer pairs modelled: every source into each target language."""
+        return self.n_targets * (np.shape(self.point_r)[-1] - 1)
+
+
+def reference_share(point_r: np.ndarray) -> float:
+    """Median of the shares strictly between 0 and 1 (0.5 when there are none).
+
+    The share at which the sampler's transfer coordinates are measured (see the module
+    docstring); a reparameterisation only, it does not change the posterior.
+    """
+    r = np.asarray(point_r, dtype=float)
+    inner = r[(r > 0.0) & (r < 1.0)]
+    return float(np.median(inner)) if inner.size else 0.5
+
+
+def reference_budget(tokens: np.ndarray) -> float:
+    """Power of ten nearest the geometric mean of ``tokens`` (the model's budget unit)."""
+    tokens = np.asarray(tokens, dtype=float)
+    return float(10.0 ** np.round(np.mean(np.log10(tokens))))
+
+
+def pair_indices(m: int, n_targets: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) indices of the off-diagonal transfer pairs, row-major.
+
+    ``m (m - 1)`` pairs; with ``n_targets`` only the pairs whose target is one of the first
+    ``n_targets`` languages (``n_targets (m - 1)`` pairs, same relative order).
+    """
+    n_targets = m if n_targets is None else n_targets
+    src, tgt = np.nonzero(~np.eye(m, dtype=bool)[:, :n_targets])
+    return src, tgt
+
+
+def pair_labels(languages: tuple[str, ...] | list[str]) -> list[str]:
+    """Labels ``"src->tgt"`` of the off-diagonal pairs, in :func:`pair_indices` order."""
+    src, tgt = pair_indices(len(languages))
+    return [f"{languages[s]}->{languages[t]}" for s, t in zip(src, tgt, strict=True)]
+
+
+def prior_locations(runs: RunsData, priors: Priors) -> tuple[np.ndarray, np.ndarray]:
+    """Per-language prior locations of ``log_A`` and ``log_E`` (resolving ``"auto"``)."""
+    m = runs.n_languages
+    med = np.array(
+        [np.median(runs.obs_loss[runs.obs_language == i]) for i in range(m)], dtype=float
+    )
+    auto = np.log(med / 2.0)
+
+    def resolve(setting: Any) -> np.ndarray:
+        if isinstance(setting, str):
+            return auto
+        if isinstance(setting, dict):
+            return np.array(
+                [float(setting.get(lang, a)) for lang, a in zip(runs.languages, auto, strict=True)]
+            )
+        return np.full(m, float(setting))
+
+    return resolve(priors.reducible_loc), resolve(priors.irreducible_loc)
+
+
+def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> ModelData:
+    """Assemble :class:`ModelData` from a validated runs table."""
+    d_ref = reference_budget(runs.point_tokens) if d_ref is None else float(d_ref)
+    red, irr = prior_locations(runs, priors)
+    return ModelData(
+        point_r=np.asarray(runs.run_proportions[runs.point_run], dtype=float),
+        point_d=np.asarray(runs.point_tokens, dtype=float) / d_ref,
+        obs_point=np.asarray(runs.obs_point, dtype=np.int32),
+        obs_language=np.asarray(runs.obs_language, dtype=np.int32),
+        obs_log_loss=np.log(np.asarray(runs.obs_loss, dtype=float)),
+        reducible_loc=red,
+        irreducible_loc=irr,
+        d_ref=d_ref,
+        reference_share=reference_share(runs.run_proportions),
+        obs_group=np.asarray(runs.obs_group, dtype=np.int32),
+    )
+
+
+def _scatter_pairs(values: jnp.ndarray, m: int, n_targets: int) -> jnp.ndarray:
+    """Pair values as a ``(..., m, n_targets)`` [source, target] matrix, zero diagonal."""
+    src, tgt = pair_indices(m, n_targets)
+    shape = values.shape[:-1] + (m, n_targets)
+    return jnp.zeros(shape, values.dtype).at[..., src, tgt].set(values)
+
+
+def _saturated_site(
+    name: str, sampled: str, scale: float, log_saturation: jax.Array, on_saturated: bool
+) -> jax.Array:
+    """Transfer parameter ``name`` sampled as ``name * saturation`` (the coordinate the data
+    measure, see the module docstring).
+
+    ``on_saturated=True`` (default priors): the prior ``Normal(0, scale)`` is on the sampled,
+    saturated value itself, a plain sample site. ``False`` (``transfer_prior = "natural"``):
+    the prior is on ``name``, added as a factor with the Jacobian ``-log saturation`` of the
+    change of coordinates.
+    """
+    if on_saturated:
+        value_sat = numpyro.sample(sampled, dist.Normal(0.0, scale))
+        return numpyro.deterministic(name, value_sat * jnp.exp(-log_saturation))
+    value_sat = numpyro.sample(sampled, dist.Normal(0.0, scale).mask(False))
+    value = numpyro.deterministic(name, value_sat * jnp.exp(-log_saturation))
+    numpyro.factor(f"prior_{name}", dist.Normal(0.0, scale).log_prob(value))
+    numpyro.factor(f"jacobian_{name}", -log_saturation)
+    return value
+
+
+def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
+    """NumPyro model of per-language log validation loss under the CLIMB law.
+
+    Parameters
+    ----------
+    data : ModelData
+        Design and observations (see :func:`model_data`).
+    priors : Priors
+        Prior hyper-parameters.
+    observed : bool
+        If False, ``log_loss`` is sampled (prior/posterior predictive) instead of conditioned.
+
+    References
+    ----------
+    .. [1] Guo et al. (2025), Eq. (6).
+    """
+    m = data.point_r.shape[-1]
+    n_targets = data.n_targets
+    _, target = pair_indices(m, n_targets)
+    with numpyro.plate("language", n_targets, dim=-1):
+        # Sampled coordinates; their own densities are masked out: the priors are the factors.
+        centre_L0 = jnp.logaddexp(data.reducible_loc, data.irreducible_loc)
+        centre_f = jnp.asarray(data.reducible_loc) - jnp.asarray(data.irreducible_loc)
+        log_L0 = numpyro.sample("log_L0", dist.Normal(centre_L0, 1.0).mask(False))
+        logit_f = numpyro.sample("logit_f", dist.Normal(centre_f, 1.0).mask(False))
+        centre_slope = np.log(priors.beta_median) - jnp.logaddexp(0.0, -centre_f)
+        log_slope = numpyro.sample("log_slope", dist.Normal(centre_slope, 1.0).mask(False))
+        log_A = numpyro.deterministic("log_A", log_L0 - jax.nn.softplus(-logit_f))
+        log_E = numpyro.deterministic("log_E", log_L0 - jax.nn.softplus(logit_f))
+        log_beta = log_slope + jax.nn.softplus(-logit_f)
+        beta = numpyro.deterministic("beta", jnp.exp(log_beta))
+        numpyro.factor(
+            "prior_log_A_log_E",
+            dist.Normal(data.reducible_loc, priors.reducible_scale).log_prob(log_A)
+            + dist.Normal(data.irreducible_loc, priors.irreducible_scale).log_prob(log_E),
+        )
+        # LogNormal prior on beta = Normal prior on log beta (the coordinate NUTS moves in).
+        numpyro.factor(
+            "prior_beta",
+            dist.Normal(np.log(priors.beta_median), priors.beta_log_sd).log_prob(log_beta),
+        )
+        eta = numpyro.sample("eta", dist.LogNormal(np.log(priors.eta_median), priors.eta_log_sd))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale))
+        if priors.run_effect:
+            sigma_run = numpyro.sample("sigma_run", dist.HalfNormal(priors.run_effect_scale))
+
+    log_saturation = jnp.log(-jnp.expm1(-eta * data.reference_share))[target]  # (pair,)
+    on_saturated = priors.transfer_prior == "saturated"
+    if priors.hierarchical_transfer:
+        mu_b = numpyro.sample("mu_b", dist.Normal(0.0, priors.transfer_scale))
+        tau_b = numpyro.sample("tau_b", dist.HalfNormal(priors.transfer_scale))
+    with numpyro.plate("pair", target.size, dim=-1):
+        if priors.hierarchical_transfer:
+            b_z = numpyro.sample("b_z", dist.Normal(0.0, 1.0))
+            b_off = numpyro.deterministic("b_offdiag", mu_b + tau_b * b_z)
+        else:
+            b_off = _saturated_site(
+                "b_offdiag", "b_saturated", priors.transfer_scale, log_saturation, on_saturated
+            )
+        kappa_off = _saturated_site(
+            "kappa_offdiag", "kappa_saturated", priors.decay_scale, log_saturation, on_saturated
+        )
+
+    b = numpyro.deterministic("b", _scatter_pairs(b_off, m, n_targets))
+    kappa = _scatter_pairs(kappa_off, m, n_targets)
+    numpyro.deterministic("k", kappa * data.d_ref)
+    log_B = numpyro.deterministic("log_B", log_A + beta * jnp.log(data.d_ref))
+    numpyro.deterministic("B", jnp.exp(log_B))
+    numpyro.deterministic("E", jnp.exp(log_E))
+
+    # The law (Eq. 6) for the target columns: inflow sum_j (b_ji + kappa_ji / D) r_j.
+    r = jnp.asarray(data.point_r)
+    inflow = r @ b + (r @ kappa) / data.point_d[:, None]
+    rt = saturating_ratio(r[:, :n_targets], inflow, eta)
+    pred = log_loss_at_ratio(rt, data.point_d, log_A, beta, log_E)
+    loc = pred[data.obs_point, data.obs_language]
+    scale = sigma[data.obs_language]
+    y = data.obs_log_loss if observed else None
+    if priors.run_effect:
+        n = data.obs_log_loss.shape[0]
+        group = np.arange(n) if data.obs_group is None else data.obs_group
+        df = None if priors.likelihood == "normal" else priors.student_df
+        run_scale = sigma_run[data.obs_language]
+        noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask)
+        numpyro.sample("log_loss", noise, obs=y)
+        return
+    if priors.likelihood == "normal":
+        noise = dist.Normal(loc, scale)
+    else:
+        noise = dist.StudentT(priors.student_df, loc, scale)
+    if data.obs_mask is not None:
+        noise = noise.mask(data.obs_mask)
+    with numpyro.plate("obs", data.obs_log_loss.shape[0], dim=-1):
+        numpyro.sample("log_loss", noise, obs=y)
+
+
+def latent_sites(priors: Priors) -> list[str]:
+    """Names of the sites NUTS samples under ``priors``."""
+    names = list(LATENT_SITES) + (["sigma_run"] if priors.run_effect else [])
+    if priors.hierarchical_transfer:
+        names = [n for n in names if n != "b_saturated"] + ["mu_b", "tau_b", "b_z"]
+    return names
+
+
+def model_trace(values: dict[str, Any], data: ModelData, priors: Priors) -> dict[str, Any]:
+    """Trace of :func:`climb_model` with its latent sites set to ``values``.
+
+    ``log_loss`` is observed, so nothing is sampled and no PRNG key is needed; ``jit`` and
+    ``vmap`` over draws apply. Read ``site["value"]`` for deterministic sites and
+    ``site["fn"]`` for the likelihood or the priors.
+    """
+    model = numpyro.handlers.substitute(climb_model, data=values)
+    return numpyro.handlers.trace(model).get_trace(data, priors)
+
+
+def weighted_log_likelihood(
+    values: dict[str, Any], data: ModelData, priors: Priors, weight: jax.Array
+) -> jax.Array:
+    """Log-likelihood of the observations with non-negative integer-valued ``weight`` (N,).
+
+    Independent points: ``sum_i w_i log p(y_i)``. Grouped noise
+    (:class:`~climb_bayes.model.observation.GroupedNoise`): the points with ``w = 0`` are left out
+    of
+    their group (the exact likelihood of the rest) and each group's log density is counted
+    ``max_i w_i`` times (a run drawn twice by a bootstrap is two independent copies).
+    """
+    fn = model_trace(values, data, priors)["log_loss"]["fn"]
+    y = jnp.asarray(data.obs_log_loss)
+    w = jnp.asarray(weight, dtype=y.dtype)
+    if isinstance(fn, GroupedNoise):
+        keep = w > 0
+        mask = keep if fn.weight is None else keep & fn.weight
+        kept = GroupedNoise(fn.loc, fn.scale, fn.run_scale, fn.group, fn.df, mask)
+        n = y.shape[0]
+        group_w = jax.ops.segment_max(w, fn.group, num_segments=n)
+        return jnp.sum(jnp.maximum(group_w, 0.0) * kept.group_log_prob(y))
+    return jnp.sum(w * fn.log_prob(y))
+
+
+def sampler_coordinates(
+    values: dict[str, Any], data: ModelData, priors: Priors
+) -> dict[str, np.ndarray]:
+    """Map the law's parameters to the sampled coordinates of :func:`climb_model`.
+
+    Parameters
+    ----------
+    values : dict
+        ``log_A, log_E, beta, eta, sigma, b_offdiag, kappa_offdiag`` (reference units; any
+        leading batch shape, e.g. chains). With hierarchical transfer, ``mu_b``, ``tau_b`` and
+        ``b_z`` may be given instead of ``b_offdiag`` (otherwise they are derived from it).
+    data : ModelData
+        Supplies the reference share of the transfer coordinates.
+    priors : Priors
+        Whether transfer is hierarchical.
+
+    Returns
+    -------
+    dict
+        Values of the sites in :func:`latent_sites` (constrained space).
+    """
+    v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
+    log_A, log_E = v.pop("log_A"), v.pop("log_E")
+    logit_f = log_A - log_E
+    out = {
+        "log_L0": np.logaddexp(log_A, log_E),
+        "logit_f": logit_f,
+        "log_slope": np.log(v.pop("beta")) - np.logaddexp(0.0, -logit_f),
+        "eta": v["eta"],
+        "sigma": v["sigma"],
+    }
+    if priors.run_effect:
+        out["sigma_run"] = v["sigma_run"]
+    _, target = pair_indices(data.point_r.shape[-1], out["eta"].shape[-1])
+    saturation = -np.expm1(-v["eta"] * data.reference_share)[..., target]
+    out["kappa_saturated"] = v["kappa_offdiag"] * saturation
+    if priors.hierarchical_transfer:
+        if "b_z" in v:
+            out |= {k: v[k] for k in ("mu_b", "tau_b", "b_z")}
+        else:
+            b = v["b_offdiag"]
+            mu = np.mean(b, axis=-1, keepdims=True)
+            tau = np.maximum(np.std(b, axis=-1, keepdims=True), 1e-3)
+            out |= {"mu_b": mu[..., 0], "tau_b": tau[..., 0], "b_z": (b - mu) / tau}
+    else:
+        out["b_saturated"] = v["b_offdiag"] * saturation
+    return out
+
+
+def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
+    """One exact draw from the prior: every sample and deterministic site, ``log_loss`` included.
+
+    Some of the model's sampled coordinates carry masked placeholder densities (their priors
+    are ``numpyro.factor`` terms on the law's parameters), so ``Predictive(climb_model)``
+    without posterior samples would *not* draw from the prior. This draws the law's parameters
+    from their priors, maps them with :func:`sampler_coordinates` and lets the model add the
+    deterministic sites and simulated observations.
+    """
+    m, n_pairs = data.n_targets, data.n_pairs
+    keys = jax.random.split(key, 8)
+    normal = lambda k, shape: np.asarray(jax.random.normal(k, shape))  # noqa: E731
+    values: dict[str, Any] = {
+        "log_A": data.reducible_loc + priors.reducible_scale * normal(keys[0], (m,)),
+        "log_E": data.irreducible_loc + priors.irreducible_scale * normal(keys[1], (m,)),
+        "beta": priors.beta_median * np.exp(priors.beta_log_sd * normal(keys[2], (m,))),
+        "eta": priors.eta_median * np.exp(priors.eta_log_sd * normal(keys[3], (m,))),
+        "sigma": priors.noise_scale * np.abs(normal(keys[4], (m,))),
+        "kappa_offdiag": priors.decay_scale * normal(keys[5], (n_pairs,)),
+    }
+    if priors.run_effect:
+        k_run = jax.random.fold_in(key, 7)
+        values["sigma_run"] = priors.run_effect_scale * np.abs(normal(k_run, (m,)))
+    if priors.hierarchical_transfer:
+        values |= {
+            "mu_b": priors.transfer_scale * normal(keys[6], ()),
+            "tau_b": priors.transfer_scale * np.abs(normal(jax.random.fold_in(keys[6], 1), ())),
+            "b_z": normal(keys[7], (n_pairs,)),
+        }
+    else:
+        values["b_offdiag"] = priors.transfer_scale * normal(keys[7], (n_pairs,))
+    if priors.transfer_prior == "saturated":  # the draws above are the saturated values
+        _, target = pair_indices(data.point_r.shape[-1], m)
+        saturation = -np.expm1(-values["eta"] * data.reference_share)[target]
+        values["kappa_offdiag"] = values["kappa_offdiag"] / saturation
+        if not priors.hierarchical_transfer:
+            values["b_offdiag"] = values["b_offdiag"] / saturation
+    fixed = sampler_coordinates(values, data, priors)
+    model = numpyro.handlers.seed(
+        numpyro.handlers.substitute(
+            climb_model, data={k: jnp.asarray(x) for k, x in fixed.items()}
+        ),
+        jax.random.fold_in(key, 99),
+    )
+    trace = numpyro.handlers.trace(model).get_trace(data, priors, observed=False)
+    return {
+        name: np.asarray(site["value"])
+        for name, site in trace.items()
+        if site["type"] in ("sample", "deterministic")
+        and not name.startswith(("prior_", "jacobian_"))
+    }

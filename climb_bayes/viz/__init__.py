@@ -1,0 +1,1 @@
+"""Layer 6, views: matplotlib figures and the HTML report."""
