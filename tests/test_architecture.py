@@ -30,7 +30,9 @@ def _layer_of(name: str) -> int:
     for k, members in enumerate(LAYERS):
         if name in members:
             return k
-    raise AssertionError(f"climb_bayes.{name} is in no layer of docs/architecture.md (add its folder to LAYERS)")
+    raise AssertionError(
+        f"climb_bayes.{name} is in no layer of docs/architecture.md (add its folder to LAYERS)"
+    )
 
 
 def _imports(path: Path) -> set[str]:

@@ -26,7 +26,7 @@ pytest.importorskip("tokenizers")
 
 from click.testing import CliRunner  # noqa: E402
 
-from training.atomic import atomic_write_text  # noqa: E402
+from training.atomic import atomic_dir, atomic_write_text  # noqa: E402
 from training.corpus import document_order, find_language_files, read_documents  # noqa: E402
 from training.dataset import load_data, prepare_data  # noqa: E402
 from training.errors import RunInterrupted, TrainingError  # noqa: E402
@@ -634,6 +634,21 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         atomic_write_text(target, "new")
     assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
+
+
+def test_atomic_dir_swaps_whole_folders_and_keeps_the_old_one_on_failure(tmp_path):
+    target = tmp_path / "model"
+    with atomic_dir(target) as tmp:
+        (tmp / "a.bin").write_text("v1")
+    assert sorted(p.name for p in target.iterdir()) == ["a.bin"]
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "b.bin").write_text("half")
+        raise RuntimeError("killed while writing")
+    assert sorted(p.name for p in target.iterdir()) == ["a.bin"]  # untouched
+    with atomic_dir(target) as tmp:
+        (tmp / "b.bin").write_text("v2")
+    assert sorted(p.name for p in target.iterdir()) == ["b.bin"]  # replaced, not merged
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary or old folder left
 
 
 def test_cli_errors_exit_2_without_traceback(corpus, tmp_path):

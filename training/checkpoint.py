@@ -37,7 +37,6 @@ refused with a :class:`~training.errors.TrainingError` naming the fix, rather th
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import random
 import shutil
@@ -47,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from training.atomic import atomic_write_text
+from training.atomic import atomic_write_text, replace_dir
 from training.errors import TrainingError
 
 __all__ = [
@@ -151,15 +150,6 @@ def read_state(run_dir: str | Path) -> dict[str, Any] | None:
             f"Fix: delete {path.parent} to restart this run from step 0."
         )
     return state
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a folder be opened
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _check_torch() -> None:
@@ -307,15 +297,7 @@ class Checkpointer:
         if not self.main:
             return
         atomic_write_text(tmp / STATE_FILE, state)  # last: marks the folder complete
-        _fsync_dir(tmp)
-        old = self.run_dir / _OLD
-        if old.exists():
-            shutil.rmtree(old)
-        if self.dir.exists():
-            os.replace(self.dir, old)
-        os.replace(tmp, self.dir)
-        _fsync_dir(self.run_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, self.dir, self.run_dir / _OLD)
 
     def remove(self) -> None:
         """Delete the checkpoint (rank 0; the run has finished)."""

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from training.atomic import atomic_dir
 from training.checkpoint import Checkpointer, rng_state, set_rng_state
 from training.dataset import SweepData
 from training.errors import RunInterrupted, TrainingError
@@ -334,20 +335,14 @@ def _save_model(
     transformers 5 writes safetensors only), ``generation_config.json`` and the tokenizer, so that
     ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained(run_dir / "model")`` load it. Built
     in a temporary sibling folder and moved into place."""
-    import shutil
-
     from training.tokenizer import load_tokenizer
 
-    final, tmp = run_dir / "model", run_dir / ".model.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, state_dict=state_dict)
-    try:
-        load_tokenizer(tokenizer_dir).save_pretrained(tmp)
-    except TrainingError as exc:  # moved since the data were prepared: the model still counts
-        log(f"warning: {run_dir.name}: model saved without its tokenizer ({exc})")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_dir(run_dir / "model") as tmp:
+        model.save_pretrained(tmp, state_dict=state_dict)
+        try:
+            load_tokenizer(tokenizer_dir).save_pretrained(tmp)
+        except TrainingError as exc:  # moved since the data were prepared: the model still counts
+            log(f"warning: {run_dir.name}: model saved without its tokenizer ({exc})")
 
 
 def train_run(

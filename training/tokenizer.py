@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from training.atomic import atomic_dir
 from training.errors import TrainingError
 
 __all__ = [
@@ -68,9 +69,6 @@ def train_tokenizer(
     -------
     transformers.PreTrainedTokenizerFast
     """
-    import os
-    import shutil
-    import tempfile
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -104,10 +102,7 @@ def train_tokenizer(
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, pad_token=PAD_TOKEN
     )
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         fast.save_pretrained(tmp)
         meta = {
             "kind": "byte-level BPE (tokenizers)",
@@ -117,12 +112,6 @@ def train_tokenizer(
             "sample_chars": {k: int(sum(map(len, v))) for k, v in samples.items()},
         }
         (tmp / "climb_tokenizer.json").write_text(json.dumps(meta, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return fast
 
 

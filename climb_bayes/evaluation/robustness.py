@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -452,15 +452,15 @@ def _nuts_group(
 ) -> list[dict[str, Any]]:
     """NUTS refits of one group (variants carry run weights); bootstrap resamples (integer run
     counts) stay mode refits."""
-    boot = [i for i, (name, _w) in enumerate(variants) if name.startswith("bootstrap")]
-    weights = [_obs_weights(fit, variants[i][1]) for i in boot]
+    boot = [i for i, v in enumerate(variants) if v.study == "bootstrap"]
+    weights = [_obs_weights(fit, variants[i].weights) for i in boot]
     mode = _refit_group(fit, priors, weights, budget) if boot else []
     out: list[dict[str, Any]] = []
-    for i, (_name, w) in enumerate(variants):
+    for i, v in enumerate(variants):
         if i in boot:
             out.append(mode[boot.index(i)])
         else:
-            out.append(nuts_refit(fit, priors, w > 0, budget, config, seed))
+            out.append(nuts_refit(fit, priors, v.weights > 0, budget, config, seed))
     return out
 
 
@@ -531,8 +531,20 @@ def _reference(fit: Fit, budget: float) -> dict[str, Any]:
     }
 
 
-RefitGroup = tuple[str, Priors, list[tuple[str, np.ndarray]]]
-"""(group name, priors, [(variant name, per-run weights)]): one set of refits sharing priors."""
+class Variant(NamedTuple):
+    """One refit: a name for the tables, the study it belongs to, per-run weights."""
+
+    name: str
+    study: str
+    weights: np.ndarray
+
+
+class RefitGroup(NamedTuple):
+    """Refits sharing one set of priors (``"base"``: the fit's own)."""
+
+    name: str
+    priors: Priors
+    variants: list[Variant]
 
 
 def _refit_groups(
@@ -544,29 +556,27 @@ def _refit_groups(
     seed: int,
     prior_sets: dict[str, Callable[[Priors], Priors]] | None,
     log: Callable[[str], None],
-) -> tuple[list[RefitGroup], list[tuple[str, np.ndarray]], list[str], dict[str, dict]]:
+) -> tuple[list[RefitGroup], dict[str, dict]]:
     """The refits the studies need.
 
     Returns the groups (``"base"`` first: the fit's priors with the all-data, budget,
-    influence and bootstrap variants; then one group per alternative prior or likelihood),
-    the base variants, the study each base variant belongs to *by position* (variant names
-    come from run ids and can look like any study's: a run ``"the-largest"`` or
-    ``"bootstrap 3"``), and per-study extras (Pareto k, psense, notes).
+    influence and bootstrap variants; then one group per alternative prior or likelihood)
+    and per-study extras (Pareto k, psense, notes). Every variant carries its study, so no
+    name is ever parsed (names come from run ids and can look like anything: a run
+    ``"bootstrap 3"``).
     """
     runs = fit.runs
     n_runs = runs.n_runs
     ones = np.ones(n_runs)
     base_priors = fit.priors
     extra: dict[str, dict[str, Any]] = {s: {} for s in studies}
-    base_variants = [("all data", ones)]
-    base_study = ["all"]
+    base_variants = [Variant("all data", "all", ones)]
     if "budget" in studies:
         keep = runs.run_budgets < np.max(runs.run_budgets)
         if keep.sum() == 0:
             extra["budget"]["note"] = "only one budget: nothing to leave out"
         else:
-            base_variants.append(("without the largest budget", keep.astype(float)))
-            base_study.append("budget")
+            base_variants.append(Variant("without the largest budget", "budget", keep * 1.0))
     if "influence" in studies:
         if fit.n_draws >= 20:
             k, elpd = run_pareto_k(fit)
@@ -582,30 +592,31 @@ def _refit_groups(
         for i in dropped:
             w = ones.copy()
             w[i] = 0
-            base_variants.append((f"without {runs.run_ids[i]}", w))
-            base_study.append("influence")
+            base_variants.append(Variant(f"without {runs.run_ids[i]}", "influence", w))
     if "bootstrap" in studies:
         rng = np.random.default_rng(seed)
         for b in range(n_boot):
             counts = np.bincount(rng.integers(0, n_runs, n_runs), minlength=n_runs)
-            base_variants.append((f"bootstrap {b}", counts.astype(float)))
-            base_study.append("bootstrap")
-    groups: list[RefitGroup] = [("base", base_priors, base_variants)]
-    all_data = [("all data", ones)]
+            base_variants.append(Variant(f"bootstrap {b}", "bootstrap", counts.astype(float)))
+    groups = [RefitGroup("base", base_priors, base_variants)]
     if "prior" in studies:
         for name, make in (prior_sets or ALTERNATIVE_PRIORS).items():
-            groups.append((f"prior: {name}", make(base_priors), all_data))
+            groups.append(
+                RefitGroup(f"prior: {name}", make(base_priors), [Variant(name, "prior", ones)])
+            )
         if fit.n_draws >= 20:
             log("prior: power-scaling sensitivity (psense)")
             extra["prior"]["psense"] = prior_sensitivity(fit)
     if "likelihood" in studies:
         other = "normal" if base_priors.likelihood == "student_t" else "student_t"
-        groups.append((f"likelihood: {other}", base_priors.replace(likelihood=other), all_data))
+        alternatives = [(other, base_priors.replace(likelihood=other))]
         if base_priors.likelihood == "student_t":
+            alternatives.append(("student_t df 10", base_priors.replace(student_df=10.0)))
+        for name, priors in alternatives:
             groups.append(
-                ("likelihood: student_t df 10", base_priors.replace(student_df=10.0), all_data)
+                RefitGroup(f"likelihood: {name}", priors, [Variant(name, "likelihood", ones)])
             )
-    return groups, base_variants, base_study, extra
+    return groups, extra
 
 
 def _run_refits(
@@ -620,39 +631,52 @@ def _run_refits(
     seed: int,
     log: Callable[[str], None],
 ) -> dict[str, list[dict]]:
-    """Refit every group (NUTS, or modes in parallel worker processes), with progress lines."""
+    """Refit every group (NUTS, or modes in parallel worker processes), with progress lines.
+
+    Returns the refit results of each group (by group name), in the order of its variants.
+    """
     t0 = time.perf_counter()
-    n_total = sum(len(v) for _g, _p, v in groups)
+    n_total = sum(len(g.variants) for g in groups)
     log(f"{n_total} refits ({REFIT_LABELS[refit]}) in {len(groups)} groups")
+
+    def weights(g: RefitGroup) -> list[np.ndarray]:
+        return [_obs_weights(fit, v.weights) for v in g.variants]
+
+    def done_line(done: int, g: RefitGroup) -> str:
+        return (
+            f"[{done}/{len(groups)}] {g.name}: {len(g.variants)} refit(s) "
+            f"({time.perf_counter() - t0:.0f} s)"
+        )
+
     results: dict[str, list[dict]] = {}
     if refit == "nuts":
-        for done, (g, p, v) in enumerate(groups, 1):
-            results[g] = _nuts_group(fit, p, v, budget, refit_config, seed)
-            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
+        for done, g in enumerate(groups, 1):
+            results[g.name] = _nuts_group(fit, g.priors, g.variants, budget, refit_config, seed)
+            log(done_line(done, g))
     elif workers > 1:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futs = {
-                g: pool.submit(
+                g.name: pool.submit(
                     _refit_worker,
                     {
                         "fit_path": str(fit_path),
-                        "priors": p,
-                        "weights": [_obs_weights(fit, w) for _n, w in v],
+                        "priors": g.priors,
+                        "weights": weights(g),
                         "budget": budget,
                     },
                 )
-                for g, p, v in groups
+                for g in groups
             }
-            for done, (g, fut) in enumerate(futs.items(), 1):
-                results[g] = fut.result()
-                log(f"[{done}/{len(groups)}] {g} ({time.perf_counter() - t0:.0f} s)")
+            for done, g in enumerate(groups, 1):
+                results[g.name] = futs[g.name].result()
+                log(done_line(done, g))
     else:
-        for done, (g, p, v) in enumerate(groups, 1):
-            results[g] = _refit_group(fit, p, [_obs_weights(fit, w) for _n, w in v], budget)
-            log(f"[{done}/{len(groups)}] {g}: {len(v)} refit(s) ({time.perf_counter() - t0:.0f} s)")
+        for done, g in enumerate(groups, 1):
+            results[g.name] = _refit_group(fit, g.priors, weights(g), budget)
+            log(done_line(done, g))
     return results
 
 
@@ -779,7 +803,7 @@ def run_robustness(
         "studies": {},
     }
 
-    groups, base_variants, base_study, extra = _refit_groups(
+    groups, extra = _refit_groups(
         fit,
         studies,
         n_boot=n_boot,
@@ -803,21 +827,13 @@ def run_robustness(
 
     base = results["base"][0]  # "all data"
     out["base_refit"] = base
-    base_names = [n for n, _w in base_variants]
-    for study in studies:
-        if study in ("prior", "likelihood"):  # one refit per alternative group
-            prefix = f"{study}: "
-            variants = [
-                _compare(g.removeprefix(prefix), results[g][0], base, ref)
-                for g, _p, _v in groups
-                if g.startswith(prefix)
-            ]
-        else:  # budget, influence, bootstrap: refits of the base group
-            variants = [
-                _compare(n, r, base, ref)
-                for n, st, r in zip(base_names, base_study, results["base"], strict=True)
-                if st == study
-            ]
+    for study in studies:  # the refits of each study, from whichever group holds them
+        variants = [
+            _compare(v.name, r, base, ref)
+            for g in groups
+            for v, r in zip(g.variants, results[g.name], strict=True)
+            if v.study == study
+        ]
         out["studies"][study] = _study_entry(
             study, variants, dict(extra[study]), rstar_tol, loss_tol, refit
         )
