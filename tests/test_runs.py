@@ -323,9 +323,15 @@ def test_long_language_selection():
 # ------------------------------------------------------------------------------ warnings
 
 
-def test_few_observations_warning():
-    with pytest.warns(UserWarning, match="prior-dominated"):
+def test_few_observations_warning(tmp_path):
+    with pytest.warns(UserWarning, match="prior-dominated") as caught:
         runs_from_frame(wide_frame())
+    assert caught[0].filename == __file__  # points at the caller, not into runs.py
+    path = tmp_path / "few.csv"
+    wide_frame().to_csv(path, index=False)
+    with pytest.warns(UserWarning, match="prior-dominated") as caught:
+        read_runs(path)
+    assert caught[0].filename == __file__
 
 
 def test_no_warning_with_enough_observations(tmp_path):

@@ -663,18 +663,15 @@ def read_runs(
         df = _parse_csv_bytes(raw, source)
     else:
         df = _parse_parquet_bytes(raw, source)
-    data = _from_frame(
+    return _from_frame(
         df,
         source=source,
         sha256=digest,
         tail_start=tail_start,
         renormalize=renormalize,
         languages=languages,
+        tail_average=tail_average,
     )
-    if tail_average is not None:
-        data = data.average_tail(tail_average)
-    _warn_if_few(data, stacklevel=3)
-    return data
 
 
 def runs_from_frame(
@@ -713,18 +710,15 @@ def runs_from_frame(
     UserWarning
         When there are fewer observations than CLIMB parameters.
     """
-    data = _from_frame(
+    return _from_frame(
         df,
         source=source,
         sha256="",
         tail_start=tail_start,
         renormalize=renormalize,
         languages=languages,
+        tail_average=tail_average,
     )
-    if tail_average is not None:
-        data = data.average_tail(tail_average)
-    _warn_if_few(data, stacklevel=3)
-    return data
 
 
 # --------------------------------------------------------------------------------------------
@@ -1049,12 +1043,18 @@ def _from_frame(
     tail_start: float,
     renormalize: bool,
     languages: Sequence[str] | None,
+    tail_average: int | None,
 ) -> RunsData:
+    """Validate a frame (either form), average tails if asked, warn when data are few."""
     tail = _check_tail_start(tail_start, source)
     frame = _normalise_columns(df, source)
     form = _detect_form(list(frame.columns), source)
     parse = _parse_wide if form == "wide" else _parse_long
-    return parse(frame, source, sha256, tail, bool(renormalize), languages)
+    data = parse(frame, source, sha256, tail, bool(renormalize), languages)
+    if tail_average is not None:
+        data = data.average_tail(tail_average)
+    _warn_if_few(data, stacklevel=4)  # the caller of read_runs / runs_from_frame
+    return data
 
 
 def _parse_wide(
