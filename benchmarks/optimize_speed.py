@@ -2,8 +2,7 @@
 
 For each (draws, languages) configuration: synthetic posterior draws
 (:func:`climb_bayes.model.simulate.example_draws`), the direct minimiser of the weighted loss and
-the
-paper's two-step solution at a target budget, solved
+the paper's two-step solution at a target budget, solved
 
 * all draws at once with the fast path (:func:`climb_bayes.decisions.solvers.direct_batch`,
   :func:`~climb_bayes.decisions.solvers.two_step_batch`; compile time reported separately), and

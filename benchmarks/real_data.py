@@ -24,8 +24,7 @@ pipeline (``--pipeline``)
     extrapolation discrepancy learned from leave-future-out folds *inside* the fitted
     checkpoints, and the stacked predictive, per extrapolation ratio ``D / D_fit``
     (:func:`climb_bayes.evaluation.lfo_evaluate.evaluate_extrapolation`). These are the intervals a
-    user
-    gets; the first table's rows are the laws' bare posteriors.
+    user gets; the first table's rows are the laws' bare posteriors.
 """
 
 from __future__ import annotations

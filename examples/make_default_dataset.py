@@ -10,8 +10,7 @@ found by ``examples/pilot_regime.py`` (docs/training.md, "Pilot"):
   tokens: 3 x 5 x 3 = 45 runs;
 * **ten held-out random mixtures** at 3M tokens (3x the largest fitting budget;
   :func:`climb_bayes.data.design.holdout_design`, seed 1, no two closer than 0.1 in total
-  variation),
-  capped so that no language needs more than one epoch of its training text.
+  variation), capped so that no language needs more than one epoch of its training text.
 
 ``--dataset tiny-2024`` reproduces the 2024 default (34 runs of the ``tiny`` model at 100k/300k
 tokens + 4 holdouts at 1M, before the law's regime): kept so that old results reproduce.

@@ -69,7 +69,6 @@ def train_tokenizer(
     -------
     transformers.PreTrainedTokenizerFast
     """
-
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

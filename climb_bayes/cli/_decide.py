@@ -97,8 +97,7 @@ def load_fit_checked(path: Path, strict: bool = False) -> object:
 
     :func:`climb_bayes.inference.fitresult.load_fit` (its errors are already user-facing), then
     :func:`climb_bayes.inference.convergence.fit_gate`: one warning line on stderr when any stacked
-    law
-    or CLIMB's posterior did not converge, or a :class:`ClimbError` (exit 2) under ``strict``.
+    law or CLIMB's posterior did not converge, or a :class:`ClimbError` (exit 2) under ``strict``.
     """
     from climb_bayes.inference.convergence import fit_gate
     from climb_bayes.inference.fitresult import load_fit

@@ -155,8 +155,7 @@ class RunsData:
         ``(n_runs,)`` int64 label of the training trajectory each run belongs to. Runs with
         the same label are checkpoints of one training run (their losses share that run's
         deviation from the law, see :mod:`climb_bayes.model.observation`). ``None``: every run is
-        its
-        own trajectory (the runs of a sweep).
+        its own trajectory (the runs of a sweep).
     """
 
     languages: tuple[str, ...]

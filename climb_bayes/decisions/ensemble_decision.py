@@ -12,10 +12,9 @@ where ``delta_s,i(r) = x_i tau_s,i (sqrt(rho_s) a_s,i + sqrt(1 - rho_s) c_s,i(r)
 function of ``r`` by random Fourier features (``N_FEATURES`` cosines with frequencies
 ``N(0, I / l^2)``, the spectral density of the squared-exponential kernel), so that each draw's
 objective is a smooth function the Newton solver of :mod:`climb_bayes.decisions.solvers` can
-minimise.
-The distribution over ``r*`` is then a mixture over laws, draws and discrepancies; the Bayes
-decision minimises ``mean_s f_s(r)``, the risk-averse one ``CVaR_alpha``; and ``P(better)`` of two
-mixtures counts the draws -- discrepancy included -- in which one beats the other.
+minimise. The distribution over ``r*`` is then a mixture over laws, draws and discrepancies; the
+Bayes decision minimises ``mean_s f_s(r)``, the risk-averse one ``CVaR_alpha``; and ``P(better)`` of
+two mixtures counts the draws -- discrepancy included -- in which one beats the other.
 
 A predicted gain that is smaller than the spread the discrepancy puts on the difference of two
 mixtures' losses shows up as ``P(better)`` near 0.5, not 1.0.
@@ -265,8 +264,7 @@ def cvar_decision(
 ) -> tuple[np.ndarray, float]:
     """Mixture minimising ``CVaR_alpha`` of the weighted loss over the decision draws
     (smoothed plus function, as :func:`climb_bayes.decisions.decision.cvar_decision`); returns it
-    and
-    its exact CVaR."""
+    and its exact CVaR."""
     r0 = np.atleast_2d(interior_start(start, lo, hi))
     f0 = draw_losses(draws, r0[0], weights)
     spread = float(np.std(f0)) if f0.size > 1 else 0.0

@@ -11,8 +11,7 @@ A **mixture spec** (``--mixture``) is one of
   ``unimax`` (or ``unimax:4`` for the epoch cap), ``isolated`` (the optimum of the
   no-transfer law at the budget, using the fit's posterior medians of ``B`` and ``beta``); see
   :mod:`climb_bayes.decisions.baselines`. ``natural``, ``temperature`` and ``unimax`` need token
-  counts
-  (an availability file).
+  counts (an availability file).
 
 Shares within 1e-3 of summing to 1 are renormalised (rounding); larger deviations, negative or
 missing shares and languages the fit does not know are errors.

@@ -7,9 +7,8 @@ For a target budget ``D`` and importance weights ``w`` this computes, per poster
 * the **direct** minimiser of ``sum_i w_i L_i(D, r)`` -- the true optimum of the fitted law,
 
 both with the batched solver of :mod:`climb_bayes.decisions.solvers` (or, with
-``solver="trust-constr"``,
-scipy's trust-region interior-point method per draw, the paper's method and the reference),
-then the **Bayes decision** and optionally the **risk-averse** (CVaR) decision
+``solver="trust-constr"``, scipy's trust-region interior-point method per draw, the paper's method
+and the reference), then the **Bayes decision** and optionally the **risk-averse** (CVaR) decision
 (:mod:`climb_bayes.decisions.decision`), and compares the recommendation with baseline mixtures
 (:mod:`climb_bayes.decisions.baselines`, plus the MSL law's optimum when the runs are at hand).
 

@@ -86,9 +86,9 @@ class NoiseModel:
 
 def noise_model(fit: object) -> NoiseModel:
     """The noise of one new run's evaluation point under a
-    :class:`~climb_bayes.inference.fitresult.Fit`:
-    its likelihood, and ``sqrt(sigma^2 + sigma_run^2)`` per draw (the marginal scale of a point
-    of a run the fit has not seen, :mod:`climb_bayes.model.observation`)."""
+    :class:`~climb_bayes.inference.fitresult.Fit`: its likelihood, and
+    ``sqrt(sigma^2 + sigma_run^2)`` per draw (the marginal scale of a point of a run the fit has
+    not seen, :mod:`climb_bayes.model.observation`)."""
     priors = fit.priors
     sigma = np.asarray(fit.sigma_draws(), dtype=float)
     if "sigma_run" in fit.tree["posterior"]:
@@ -283,8 +283,7 @@ def ensemble_table(
     n_samples: int = MIN_PREDICTIVE_SAMPLES,
 ) -> pd.DataFrame:
     """Per-language predictions of a :class:`~climb_bayes.inference.ensemble.LawEnsemble` (the
-    default
-    predictive) at each (mixture, budget) pair.
+    default predictive) at each (mixture, budget) pair.
 
     Parameters
     ----------

@@ -1,9 +1,8 @@
 """Posterior draws of the optimal mixture ``r*`` for pictures, reports and robustness studies.
 
 Thin helpers over the exact batched solver (:func:`climb_bayes.decisions.solvers.direct_batch`):
-thin a
-fit's draws, pick the usual extrapolation target, and minimise the weighted loss per draw. The
-decision itself (Bayes/CVaR mixture, baselines, P(better)) is
+thin a fit's draws, pick the usual extrapolation target, and minimise the weighted loss per draw.
+The decision itself (Bayes/CVaR mixture, baselines, P(better)) is
 :mod:`climb_bayes.decisions.optimization`.
 """
 

@@ -562,8 +562,7 @@ def direction_draws(
     """The direction ``p`` of the two-step method per draw, ``(n, m)``.
 
     :func:`~climb_bayes.model.law.optimal_direction` (the exact minimiser the paper derives ``p``
-    as;
-    invariant to the scale of ``weights``), or with ``paper=True`` the paper's Eq. 7 as printed
+    as; invariant to the scale of ``weights``), or with ``paper=True`` the paper's Eq. 7 as printed
     (:func:`~climb_bayes.model.law.paper_direction`). Languages with zero weight get ``p_i = 0``.
     """
     w = np.asarray(weights, dtype=float)

@@ -1,15 +1,12 @@
 """Leave-future-out evaluation: what would ``climb-bayes fit`` have promised, and did it hold?
 
 For each outer leave-future-out cut (:func:`climb_bayes.inference.lfo.lfo_folds`) the *whole*
-fitting
-pipeline of ``climb-bayes fit`` runs on the budgets up to the cut -- every law, its inner
+fitting pipeline of ``climb-bayes fit`` runs on the budgets up to the cut -- every law, its inner
 leave-future-out discrepancy calibration and the stacking weights
 (:func:`climb_bayes.inference.ensemble.fit_ensemble`) -- and every larger budget is scored. Nothing
-of a
-scored budget enters any fit, inner folds included (nested LFO). Scores are pooled per
+of a scored budget enters any fit, inner folds included (nested LFO). Scores are pooled per
 extrapolation ratio ``D_target / D_cut`` (:data:`climb_bayes.inference.lfo.RATIO_BINS`), for each
-law and
-for the stacked predictive: interval coverage (50/80/90/95%), CRPS and mean relative error.
+law and for the stacked predictive: interval coverage (50/80/90/95%), CRPS and mean relative error.
 
 This is the check the interval needs: coverage on real runs at budgets larger than the fit.
 

@@ -1,12 +1,11 @@
 """Parameter recovery at the real design size: do the posterior intervals cover a known truth?
 
 Simulation-based calibration (:mod:`climb_bayes.evaluation.sbc`) draws the truth from the prior, on
-a small
-2-language model; it checks the sampler, and it cannot see a prior that fights the data at the
-design size the tool is used at. Here the truth is a fixed world *not* drawn from the prior
-(e.g. ``climb_bayes/data/synthetic_params.json``), the runs are the paper's Algorithm-1 design
-for all its languages, and the question is the one a user cares about: how often does the 90%
-posterior interval of each parameter, and of the optimal mixture ``r*``, contain the truth?
+a small 2-language model; it checks the sampler, and it cannot see a prior that fights the data at
+the design size the tool is used at. Here the truth is a fixed world *not* drawn from the prior
+(e.g. ``climb_bayes/data/synthetic_params.json``), the runs are the paper's Algorithm-1 design for
+all its languages, and the question is the one a user cares about: how often does the 90% posterior
+interval of each parameter, and of the optimal mixture ``r*``, contain the truth?
 
 A correct posterior under a prior that does not bias the answer covers close to the nominal
 rate; the 2026 default (Normal prior on the transfer ``b`` itself) covered 30 of 60 parameters of

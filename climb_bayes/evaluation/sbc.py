@@ -14,8 +14,7 @@ the fit's reference budget, likelihood and prior settings. Data-located (``"auto
 locations are frozen to the values the fit used, since SBC needs a prior that does not
 depend on the simulated data. Parameters are drawn exactly from that prior, the loss
 observations from the model's own likelihood (:func:`climb_bayes.model.climb_model.draw_prior`).
-Each
-replication is fitted with short NUTS runs from the prior centre (as ``climb-bayes fit``
+Each replication is fitted with short NUTS runs from the prior centre (as ``climb-bayes fit``
 starts), thinned to ``L`` draws; the ranks are taken on the law's own parameters (``log_A``,
 ``beta``, ``b``...), whatever coordinates the sampler moves in.
 
@@ -362,8 +361,7 @@ def prior_draw(key: jax.Array, problem: SbcProblem) -> dict[str, np.ndarray]:
 
     The law's parameters are drawn from their stated priors and the losses from the model's
     likelihood (:func:`climb_bayes.model.climb_model.draw_prior`; ancestral sampling of the
-    sampler's
-    coordinates would not follow the prior).
+    sampler's coordinates would not follow the prior).
 
     Returns
     -------

@@ -1,18 +1,17 @@
 """One convergence gate for everything read from a fit file.
 
 A fit file holds CLIMB's posterior (NUTS draws with
-:class:`~climb_bayes.inference.diagnostics.Diagnostics`,
-or a point fit with its L-BFGS starts) and the other stacked laws (each with an ``info`` record:
-R-hat, ESS and divergences for NUTS, converged starts for MAP, optimizer success for Laplace).
-:func:`fit_gate` turns all of it into one verdict that every command reading the file prints
-as a single warning line (and that ``--strict`` turns into exit code 2), so no number computed
-from an unconverged or failed fit is shown without a warning.
+:class:`~climb_bayes.inference.diagnostics.Diagnostics`, or a point fit with its L-BFGS starts) and
+the other stacked laws (each with an ``info`` record: R-hat, ESS and divergences for NUTS, converged
+starts for MAP, optimizer success for Laplace). :func:`fit_gate` turns all of it into one verdict
+that every command reading the file prints as a single warning line (and that ``--strict`` turns
+into exit code 2), so no number computed from an unconverged or failed fit is shown without a
+warning.
 
 Thresholds are :mod:`climb_bayes.inference.diagnostics`' (Vehtari et al. 2021): R-hat <= 1.01, bulk
-ESS
->= 400, no divergent transitions; a point fit fails when none of its starts converged.
-:func:`law_problems` applies the same thresholds to a law's ``info`` record (``evaluate`` shows
-them per law in its table).
+ESS >= 400, no divergent transitions; a point fit fails when none of its starts converged.
+:func:`law_problems` applies the same thresholds to a law's ``info`` record (``evaluate`` shows them
+per law in its table).
 
 References
 ----------

@@ -86,10 +86,9 @@ class EnsembleOptions:
     lfo : str
         Inner leave-future-out refits: ``"laplace"`` (default: the posterior mode and a Gaussian
         around it, :mod:`climb_bayes.inference.laplace`; seconds per refit), ``"nuts"`` (short
-        chains;
-        minutes), ``"map"`` (point fits without priors: their residuals also carry the
-        parameter uncertainty they leave out, so the discrepancy comes out larger) or
-        ``"none"`` (the discrepancy keeps its prior).
+        chains; minutes), ``"map"`` (point fits without priors: their residuals also carry the
+        parameter uncertainty they leave out, so the discrepancy comes out larger) or ``"none"``
+        (the discrepancy keeps its prior).
     lfo_folds : int
         Most inner folds (the last cuts, nearest the full fit).
     lfo_options : FitOptions, optional

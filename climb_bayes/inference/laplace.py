@@ -1,21 +1,19 @@
 """Laplace approximation of a NumPyro model's posterior: the mode and a Gaussian around it.
 
 Used for the leave-future-out refits inside :func:`climb_bayes.inference.ensemble.fit_ensemble`: a
-NUTS
-refit per fold and law cost minutes on 2 cores (a 5Mix CLIMB fold on two close budgets: ~8 min,
+NUTS refit per fold and law cost minutes on 2 cores (a 5Mix CLIMB fold on two close budgets: ~8 min,
 tree depth saturated), the Laplace refit seconds, and unlike a point fit it keeps the priors and
-gives the parameter uncertainty, so the discrepancy learned from the fold residuals is not
-inflated by it.
+gives the parameter uncertainty, so the discrepancy learned from the fold residuals is not inflated
+by it.
 
 The mode is found with L-BFGS (:func:`climb_bayes.inference.point_fit.multistart_lbfgs`, JAX
-gradients)
-on NumPyro's potential energy in the unconstrained space
+gradients) on NumPyro's potential energy in the unconstrained space
 (:func:`numpyro.infer.util.initialize_model`, the public API NUTS uses); the covariance is the
 inverse Hessian there, with eigenvalues floored so that it is positive definite. Draws are mapped
-back through the model's transforms with the deterministic sites
-(``ModelInfo.postprocess_fn``). NumPyro's own ``AutoLaplaceApproximation`` with
-``optim.Minimize`` (JAX's BFGS) stopped at a far worse point on the CLIMB model (potential -618
-vs -1253 here, measured on the 2024 default table) and its ``sample_posterior`` took 64 s.
+back through the model's transforms with the deterministic sites (``ModelInfo.postprocess_fn``).
+NumPyro's own ``AutoLaplaceApproximation`` with ``optim.Minimize`` (JAX's BFGS) stopped at a far
+worse point on the CLIMB model (potential -618 vs -1253 here, measured on the 2024 default table)
+and its ``sample_posterior`` took 64 s.
 
 References
 ----------

@@ -153,9 +153,8 @@ def chain_inits(
     """Per-chain starting values in NUTS's unconstrained coordinates.
 
     ``base`` (sampled coordinates, see :func:`climb_bayes.model.climb_model.sampler_coordinates`;
-    the
-    prior centre with transfer off when omitted) jittered by a quarter of the prior spread:
-    the ``prior-centre`` start of :func:`run_nuts`, also used by SBC.
+    the prior centre with transfer off when omitted) jittered by a quarter of the prior spread: the
+    ``prior-centre`` start of :func:`run_nuts`, also used by SBC.
     """
     if base is None:
         base = sampler_coordinates(prior_centre(data, priors), data, priors)

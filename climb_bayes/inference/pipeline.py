@@ -4,8 +4,7 @@
 default), the other laws with :func:`climb_bayes.inference.ensemble.fit_ensemble` (same sampler
 settings), learns each law's extrapolation discrepancy from leave-future-out folds inside the
 data, stacks the laws, and stores all of it in the returned
-:class:`~climb_bayes.inference.fitresult.Fit`
-(:mod:`climb_bayes.inference.ensemble_store`).
+:class:`~climb_bayes.inference.fitresult.Fit` (:mod:`climb_bayes.inference.ensemble_store`).
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ Units
 -----
 Losses in nats/token; ``d = tokens / d_ref`` where ``d_ref`` is a power of ten near the
 geometric mean of the fitted budgets (:func:`climb_bayes.model.climb_model.reference_budget`), so
-budget
-parameters are O(1). Noise ``sigma`` is on log-loss.
+budget parameters are O(1). Noise ``sigma`` is on log-loss.
 
 References
 ----------
@@ -599,8 +598,7 @@ def _nuts_diagnostics(
 ) -> Diagnostics:
     """R-hat, ESS, divergences, tree depth and E-BFMI of a law's NUTS run by the one path every
     fit uses (:func:`climb_bayes.inference.diagnostics.compute_diagnostics`, arviz-stats); an axis
-    of
-    length ``len(groups)`` is labelled with the group names (``log_B[ja]``)."""
+    of length ``len(groups)`` is labelled with the group names (``log_B[ja]``)."""
     import xarray as xr
 
     def _da(name: str, v: Any) -> xr.DataArray:  # own dims per site: sizes differ (DML)
@@ -639,8 +637,7 @@ def fit_laplace(
 
     The mode of the posterior (priors included) from a short point fit's start, and
     ``options.samples`` draws of the Gaussian around it (:mod:`climb_bayes.inference.laplace`):
-    seconds
-    where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
+    seconds where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
     """
     from climb_bayes.inference.laplace import laplace_posterior
 

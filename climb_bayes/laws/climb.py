@@ -2,9 +2,8 @@
 
 Predictions use :func:`climb_bayes.model.law.log_loss`; fitting delegates to
 :func:`climb_bayes.inference.fitting.fit_runs` (the multi-start Huber point fit for ``"map"``, the
-NumPyro
-model with its priors for ``"nuts"``), so the evaluation scores exactly what ``climb-bayes fit``
-produces.
+NumPyro model with its priors for ``"nuts"``), so the evaluation scores exactly what
+``climb-bayes fit`` produces.
 
 Units
 -----
@@ -161,8 +160,7 @@ def _climb_laplace(
     log: Callable[[str], None] | None,
 ) -> LawFit:
     """CLIMB's model (:func:`climb_bayes.model.climb_model.climb_model`) by Laplace approximation,
-    started
-    at the prior centre (transfer off), as NUTS's chains are."""
+    started at the prior centre (transfer off), as NUTS's chains are."""
     from climb_bayes.inference.laplace import laplace_posterior
     from climb_bayes.inference.nuts import prior_centre
     from climb_bayes.model.climb_model import climb_model, model_data, sampler_coordinates

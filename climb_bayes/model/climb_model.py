@@ -349,8 +349,7 @@ def weighted_log_likelihood(
 
     Independent points: ``sum_i w_i log p(y_i)``. Grouped noise
     (:class:`~climb_bayes.model.observation.GroupedNoise`): the points with ``w = 0`` are left out
-    of
-    their group (the exact likelihood of the rest) and each group's log density is counted
+    of their group (the exact likelihood of the rest) and each group's log density is counted
     ``max_i w_i`` times (a run drawn twice by a bootstrap is two independent copies).
     """
     fn = model_trace(values, data, priors)["log_loss"]["fn"]

@@ -29,8 +29,7 @@ covered 0.56 with the linear form ``x`` and 0.84 with ``x (x + W)``; on 5Mix-70M
 budgets up to 8x, 0.71 and 1.00 (Gaussian approximation; the shipped pipeline 0.99). The
 leave-future-out evidence comes from the folds nearest the full fit
 (:func:`climb_bayes.inference.lfo.lfo_folds` with ``keep="latest"``): on 5Mix the earliest folds (a
-span
-5x shorter, early in training) gave a linear-form ``tau`` 1.6-5.7x what the full fit's
+span 5x shorter, early in training) gave a linear-form ``tau`` 1.6-5.7x what the full fit's
 extrapolation needed. Fits stored before this form (no ``growth`` attribute) keep the linear one.
 
 ``tau_i`` (log-loss per squared unit of ``log D``) gets partial pooling across languages,

@@ -2,12 +2,11 @@
 
 One panel per ranked parameter shows ``F(z) - z``, the empirical CDF of the scaled ranks minus
 the uniform CDF, with the simultaneous 95% band of
-:func:`climb_bayes.evaluation.sbc.ecdf_difference_bands`.
-Under correct calibration the whole curve stays inside the band in 95% of studies. Shapes
-point at the failure: a curve above zero (ranks too small: the truth sits low in the
-posterior, so the posterior is biased upwards), below zero (biased downwards), an S-shape
-rising then falling (ranks piled at both ends: posterior too narrow / overconfident), the
-mirror S (ranks piled in the middle: posterior too wide).
+:func:`climb_bayes.evaluation.sbc.ecdf_difference_bands`. Under correct calibration the whole curve
+stays inside the band in 95% of studies. Shapes point at the failure: a curve above zero (ranks too
+small: the truth sits low in the posterior, so the posterior is biased upwards), below zero (biased
+downwards), an S-shape rising then falling (ranks piled at both ends: posterior too narrow /
+overconfident), the mirror S (ranks piled in the middle: posterior too wide).
 
 References
 ----------
