@@ -56,6 +56,7 @@ from climb_bayes.inference.point_fit import (
 from climb_bayes.model.climb_model import reference_budget
 from climb_bayes.model.discrepancy import Discrepancy
 from climb_bayes.model.observation import GroupedNoise
+from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
 from climb_bayes.model.priors import Priors
 
 __all__ = [
@@ -165,6 +166,15 @@ class Law:
     def prepare(self, obs: Observations) -> Law:
         """Resolve data-dependent options (e.g. a budget term only with several budgets)."""
         return self
+
+    def power_law(self) -> tuple[str, str, str] | None:
+        """Names of the parameters ``(log A, beta, log E)`` of a data term ``A d^(-beta) + E``.
+
+        NUTS and the Laplace fit sample them in the coordinates of
+        :mod:`climb_bayes.model.power_coordinates` (priors unchanged; the exponent's prior must
+        be LogNormal). ``None``: every parameter is sampled as it is.
+        """
+        return None
 
     def n_params(self, m: int) -> int:
         """Number of scalar parameters for ``m`` groups (noise excluded)."""
@@ -440,6 +450,19 @@ def fit_map(
     return fit
 
 
+def _sampler_start(law: Law, point: LawFit, priors: Priors) -> dict[str, np.ndarray]:
+    """Values of every sampled site at a point fit: the start of NUTS and of the Laplace fit."""
+    start = {k: np.asarray(v[0], dtype=float) for k, v in point.draws.items()}
+    power = law.power_law()
+    if power is not None:
+        amp, expo, irr = power
+        start |= power_coordinates(start.pop(amp), start.pop(irr), start.pop(expo))
+    start["sigma"] = np.maximum(point.sigma[0], 1e-3)
+    if priors.run_effect:
+        start["sigma_run"] = np.maximum(point.sigma_run[0], 1e-3)
+    return start
+
+
 def _numpyro_model(
     law: Law,
     prior_dists: dict[str, Any],
@@ -457,8 +480,23 @@ def _numpyro_model(
     import numpyro.distributions as dist
 
     params = {}
+    power = law.power_law()
     for name, dst in prior_dists.items():
-        params[name] = numpyro.sample(name, dst.to_event(len(dst.batch_shape)))
+        if power is None or name not in power:
+            params[name] = numpyro.sample(name, dst.to_event(len(dst.batch_shape)))
+    if power is not None:
+        amp, expo, irr = power
+        exponent = prior_dists[expo]
+        if not isinstance(exponent, dist.LogNormal):
+            raise ClimbError(f"{law.name}: the prior of {expo} must be LogNormal.")
+        term = sample_power_law(
+            prior_dists[amp],
+            prior_dists[irr],
+            dist.Normal(exponent.loc, exponent.scale),
+            names=(amp, irr, expo),
+            event_dims=len(exponent.batch_shape),
+        )
+        params[amp], params[irr], params[expo] = term
     sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale).expand([m]).to_event(1))
     pred = law.log_loss(params, r, d)[point, group]
     scale = sigma[group]
@@ -521,10 +559,7 @@ def fit_nuts(
     d_ref = point.d_ref
     m = obs.m
     dists = law.priors(obs, options.priors)
-    start = {k: jnp.asarray(v[0]) for k, v in point.draws.items()}
-    start["sigma"] = jnp.asarray(np.maximum(point.sigma[0], 1e-3))
-    if options.priors.run_effect:
-        start["sigma_run"] = jnp.asarray(np.maximum(point.sigma_run[0], 1e-3))
+    start = {k: jnp.asarray(v) for k, v in _sampler_start(law, point, options.priors).items()}
     point_r, point_tokens, obs_point = obs.points()
     model = functools.partial(
         _numpyro_model,
@@ -570,6 +605,7 @@ def fit_nuts(
     flat = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
     sigma = flat.pop("sigma")
     sigma_run = flat.pop("sigma_run", None)
+    flat = {k: flat[k] for k in law.param_specs(m)}  # the sampled coordinates stay out
     return LawFit(
         law,
         obs.groups,
@@ -648,10 +684,7 @@ def fit_laplace(
     point = fit_map(law, obs, init_opts, d_ref=d_ref)
     d_ref = point.d_ref
     m = obs.m
-    start = {k: np.asarray(v[0]) for k, v in point.draws.items()}
-    start["sigma"] = np.maximum(point.sigma[0], 1e-3)
-    if options.priors.run_effect:
-        start["sigma_run"] = np.maximum(point.sigma_run[0], 1e-3)
+    start = _sampler_start(law, point, options.priors)
     point_r, point_tokens, obs_point = obs.points()
     args = (
         law,

@@ -88,6 +88,10 @@ class DMLLaw(Law):
             specs["alpha"] = ParamSpec((m,), positive=True, spread=0.3)
         return specs
 
+    def power_law(self) -> tuple[str, str, str] | None:
+        # k is the reducible loss of the uniform mixture at d_ref (gauge sum_j t_ji = 0)
+        return ("log_k", "alpha", "log_c") if self.budget_term else None
+
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
         expo = r @ full_t(params["t_free"])
         red = params["log_k"] + expo

@@ -67,6 +67,9 @@ class IsolatedLaw(Law):
             "log_E": ParamSpec((m,), spread=0.5),
         }
 
+    def power_law(self) -> tuple[str, str, str]:
+        return ("log_B", "beta", "log_E")
+
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
         m = r.shape[-1]
         zeros = jnp.zeros((m, m))

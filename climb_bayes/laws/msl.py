@@ -150,6 +150,9 @@ class MSLLaw(Law):
         specs = IsolatedLaw().param_specs(m)
         return specs | {"gamma": ParamSpec((m,), positive=True, spread=0.5)}
 
+    def power_law(self) -> tuple[str, str, str]:
+        return IsolatedLaw().power_law()
+
     def log_loss(self, params: Params, r: jax.Array, d: jax.Array) -> jax.Array:
         s = r @ jnp.asarray(self._same(r.shape[-1]))
         base = jnp.logaddexp(

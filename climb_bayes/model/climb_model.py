@@ -62,6 +62,7 @@ import numpyro.distributions as dist
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
 from climb_bayes.model.observation import GroupedNoise
+from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
 from climb_bayes.model.priors import Priors
 
 __all__ = [
@@ -247,26 +248,11 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     n_targets = data.n_targets
     _, target = pair_indices(m, n_targets)
     with numpyro.plate("language", n_targets, dim=-1):
-        # Sampled coordinates; their own densities are masked out: the priors are the factors.
-        centre_L0 = jnp.logaddexp(data.reducible_loc, data.irreducible_loc)
-        centre_f = jnp.asarray(data.reducible_loc) - jnp.asarray(data.irreducible_loc)
-        log_L0 = numpyro.sample("log_L0", dist.Normal(centre_L0, 1.0).mask(False))
-        logit_f = numpyro.sample("logit_f", dist.Normal(centre_f, 1.0).mask(False))
-        centre_slope = np.log(priors.beta_median) - jnp.logaddexp(0.0, -centre_f)
-        log_slope = numpyro.sample("log_slope", dist.Normal(centre_slope, 1.0).mask(False))
-        log_A = numpyro.deterministic("log_A", log_L0 - jax.nn.softplus(-logit_f))
-        log_E = numpyro.deterministic("log_E", log_L0 - jax.nn.softplus(logit_f))
-        log_beta = log_slope + jax.nn.softplus(-logit_f)
-        beta = numpyro.deterministic("beta", jnp.exp(log_beta))
-        numpyro.factor(
-            "prior_log_A_log_E",
-            dist.Normal(data.reducible_loc, priors.reducible_scale).log_prob(log_A)
-            + dist.Normal(data.irreducible_loc, priors.irreducible_scale).log_prob(log_E),
-        )
-        # LogNormal prior on beta = Normal prior on log beta (the coordinate NUTS moves in).
-        numpyro.factor(
-            "prior_beta",
-            dist.Normal(np.log(priors.beta_median), priors.beta_log_sd).log_prob(log_beta),
+        # The data term in the coordinates NUTS can move in; priors as factors (exact).
+        log_A, log_E, beta = sample_power_law(
+            dist.Normal(data.reducible_loc, priors.reducible_scale),
+            dist.Normal(data.irreducible_loc, priors.irreducible_scale),
+            dist.Normal(np.log(priors.beta_median), priors.beta_log_sd),
         )
         eta = numpyro.sample("eta", dist.LogNormal(np.log(priors.eta_median), priors.eta_log_sd))
         sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale))
@@ -387,15 +373,8 @@ def sampler_coordinates(
         Values of the sites in :func:`latent_sites` (constrained space).
     """
     v = {k: np.asarray(x, dtype=float) for k, x in values.items()}
-    log_A, log_E = v.pop("log_A"), v.pop("log_E")
-    logit_f = log_A - log_E
-    out = {
-        "log_L0": np.logaddexp(log_A, log_E),
-        "logit_f": logit_f,
-        "log_slope": np.log(v.pop("beta")) - np.logaddexp(0.0, -logit_f),
-        "eta": v["eta"],
-        "sigma": v["sigma"],
-    }
+    out = power_coordinates(v.pop("log_A"), v.pop("log_E"), v.pop("beta"))
+    out |= {"eta": v["eta"], "sigma": v["sigma"]}
     if priors.run_effect:
         out["sigma_run"] = v["sigma_run"]
     _, target = pair_indices(data.point_r.shape[-1], out["eta"].shape[-1])
