@@ -134,7 +134,6 @@ def _posterior_predictive(
 def _map_tree(
     key: jax.Array, data: ModelData, priors: Priors, point: PointFit, runs: RunsData
 ) -> object:
-    import arviz_base
 
     latent = sampler_coordinates(point.values, data, priors)
     one = {k: np.asarray(v)[None] for k, v in latent.items()}
@@ -144,17 +143,43 @@ def _map_tree(
     posterior |= {k: np.asarray(v)[None] for k, v in one.items()}
     parts = _likelihood(one, data, priors)
     pp = _posterior_predictive(key, data, priors, parts)
-    tree = arviz_base.from_dict(
-        {
-            "posterior": posterior,
-            "posterior_predictive": {"log_loss": pp[None]},
-            "observed_data": {"log_loss": np.asarray(data.obs_log_loss)},
-            "constant_data": _constant_data(runs),
-        },
-        coords=_coords(runs),
-        dims=PARAM_DIMS | _CONST_DIMS,
-    )
-    return _add_log_likelihood(tree, parts[3][None], runs, priors)
+    return _fit_tree(posterior, None, pp[None], parts[3][None], data, runs, priors)
+
+
+STAT_NAMES = {"num_steps": "n_steps", "accept_prob": "acceptance_rate"}
+"""NumPyro's names of per-draw sampler statistics -> ArviZ's (as ``from_numpyro`` renames)."""
+
+
+def _fit_tree(
+    posterior: dict[str, np.ndarray],
+    stats: dict[str, np.ndarray] | None,
+    pp: np.ndarray,
+    ll: np.ndarray,
+    data: ModelData,
+    runs: RunsData,
+    priors: Priors,
+) -> object:
+    """The fit's DataTree from arrays ``(chains, draws, ...)``, built with
+    :func:`arviz_base.from_dict` for every method (MAP, joint NUTS, language blocks).
+
+    ``stats`` are NumPyro's per-draw sampler statistics (renamed by :data:`STAT_NAMES`;
+    ``tree_depth`` derived from the leapfrog steps as ArviZ does); ``pp`` the replicated
+    ``log_loss``, ``ll`` the pointwise log-likelihood.
+    """
+    import arviz_base
+
+    groups = {
+        "posterior": {k: np.asarray(v) for k, v in posterior.items()},
+        "posterior_predictive": {"log_loss": pp},
+        "observed_data": {"log_loss": np.asarray(data.obs_log_loss)},
+        "constant_data": _constant_data(runs),
+    }
+    if stats is not None:
+        sample_stats = {STAT_NAMES.get(k, k): np.asarray(v) for k, v in stats.items()}
+        sample_stats["tree_depth"] = np.log2(sample_stats["n_steps"]).astype(int) + 1
+        groups["sample_stats"] = sample_stats
+    tree = arviz_base.from_dict(groups, coords=_coords(runs), dims=PARAM_DIMS | _CONST_DIMS)
+    return _add_log_likelihood(tree, ll, runs, priors)
 
 
 def _add_log_likelihood(tree: object, ll: np.ndarray, runs: RunsData, priors: Priors) -> object:
@@ -250,8 +275,6 @@ def fit_runs(
         attrs["point_objective"] = float(point.objective)
         attrs["point_starts"] = f"{point.n_converged}/{point.n_starts} converged"
     else:
-        import arviz_base
-
         blocked = use_language_blocks(config, priors, runs.n_languages)
         log(
             f"NUTS: {config.chains} chains x ({config.warmup} warm-up + "
@@ -269,16 +292,10 @@ def fit_runs(
         parts = _likelihood(samples, data, priors)
         pp = _posterior_predictive(k_pp, data, priors, parts)
         pp = pp.reshape((config.chains, -1) + pp.shape[1:])
-        tree = arviz_base.from_numpyro(
-            mcmc.for_arviz() if blocked else mcmc,
-            posterior_predictive={"log_loss": pp},
-            log_likelihood=False,
-            constant_data=_constant_data(runs),
-            coords=_coords(runs),
-            dims=PARAM_DIMS | _CONST_DIMS,
-        )
         ll = parts[3].reshape((config.chains, -1) + parts[3].shape[1:])
-        tree = _add_log_likelihood(tree, ll, runs, priors)
+        by_chain = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+        stats = mcmc.get_extra_fields(group_by_chain=True)
+        tree = _fit_tree(by_chain, stats, pp, ll, data, runs, priors)
         diag = compute_diagnostics(
             tree["posterior"].to_dataset(),
             tree["sample_stats"].to_dataset(),
