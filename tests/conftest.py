@@ -2,7 +2,7 @@
 
 The synthetic designs here pin ``pool="central"`` (Algorithm-1 shares) and ``spread=False``
 (raw Dirichlet holdouts), the designs their statistical tolerances were set on; the current
-defaults are tested in tests/test_plan_suggest.py.
+defaults are tested in tests/decisions/test_plan_suggest.py.
 
 NUTS fits here are deliberately small (3 languages, 2 chains, short warm-up) so the whole
 suite stays within minutes on a 2-core machine; tests that need a converged posterior build

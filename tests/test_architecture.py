@@ -81,3 +81,18 @@ def test_training_meets_fitting_only_at_the_runs_format():
     for path in root.rglob("*.py"):
         deps = _imports(path)
         assert not deps, (path.name, deps)
+
+
+def test_tests_mirror_the_packages():
+    """tests/ has one folder per subpackage (and one for training/); a test file sits in the
+    folder of the package it tests, or at the top when it checks the whole repository."""
+    tests = Path(__file__).resolve().parent
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")} | {"training"}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert packages <= folders, f"no tests/ folder for {sorted(packages - folders)}"
+    extra = sorted(folders - packages)
+    assert not extra, f"tests/ folders that mirror no package: {extra}"
+    for name in packages:
+        assert list((tests / name).glob("test_*.py")), f"tests/{name}/ has no test module"
+    top = {p.name for p in tests.glob("test_*.py")}
+    assert top == {"test_api.py", "test_architecture.py", "test_docs.py"}, top

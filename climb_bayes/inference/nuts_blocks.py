@@ -29,7 +29,7 @@ pooled over chains, the tree-depth cap of the first window, per-block thinning d
 the draws, and one compiled kernel for every window, block and the draws. The functions used
 (``build_tree``, ``dual_averaging``, ``velocity_verlet``, ``find_reasonable_step_size``,
 ``momentum_generator``) are the building blocks of NumPyro's own NUTS but not its documented
-API; ``tests/test_nuts_blocks.py`` checks the result against the joint NUTS posterior, so a
+API; ``tests/inference/test_nuts_blocks.py`` checks the result against the joint NUTS posterior, so a
 change in them fails the suite (run on NumPyro 0.22 with Python 3.11 and 3.12). The DataTree is built from plain arrays with ``arviz_base.from_dict``, like the
 joint fit's.
 

@@ -24,7 +24,7 @@ the fitted range (absorbed by the fit's own noise), the rest is ``tau x (x + W)`
 ``tau W`` at the edge that grows with the fitted width, plus the bend ``tau x^2``. ``tau`` is
 then a property of the curve, not of the window, so leave-future-out folds that fit a shorter
 window estimate the same ``tau``. Measured (issue 13 notes): on a simulated world whose
-``log L`` bends quadratically away from the law (tests/test_discrepancy.py) the 90% interval
+``log L`` bends quadratically away from the law (tests/model/test_discrepancy.py) the 90% interval
 covered 0.56 with the linear form ``x`` and 0.84 with ``x (x + W)``; on 5Mix-70M, held-out
 budgets up to 8x, 0.71 and 1.00 (Gaussian approximation; the shipped pipeline 0.99). The
 leave-future-out evidence comes from the folds nearest the full fit

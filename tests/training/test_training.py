@@ -37,7 +37,7 @@ from training.sweep import run_sweep  # noqa: E402
 from training.tokenizer import load_tokenizer, train_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.train
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 WORDS = {
     "en": "the house river green light small water open stone quiet bread winter city road",

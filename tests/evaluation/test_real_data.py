@@ -11,7 +11,7 @@ from climb_bayes.data.published import TOKENS_PER_STEP, load_5mix, load_regmix
 from climb_bayes.evaluation.holdout_scores import evaluate_laws
 from climb_bayes.laws import FitOptions, parse_laws
 
-DATA = Path(__file__).parents[1] / ".." / "shared" / "data"
+DATA = Path(__file__).parents[2] / ".." / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no ../shared/data folder")
 
 
