@@ -134,7 +134,6 @@ def _posterior_predictive(
 def _map_tree(
     key: jax.Array, data: ModelData, priors: Priors, point: PointFit, runs: RunsData
 ) -> object:
-
     latent = sampler_coordinates(point.values, data, priors)
     one = {k: np.asarray(v)[None] for k, v in latent.items()}
     sites = numpyro.infer.Predictive(climb_model, posterior_samples=one, return_sites=None)

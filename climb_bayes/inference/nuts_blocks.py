@@ -29,9 +29,10 @@ pooled over chains, the tree-depth cap of the first window, per-block thinning d
 the draws, and one compiled kernel for every window, block and the draws. The functions used
 (``build_tree``, ``dual_averaging``, ``velocity_verlet``, ``find_reasonable_step_size``,
 ``momentum_generator``) are the building blocks of NumPyro's own NUTS but not its documented
-API; ``tests/inference/test_nuts_blocks.py`` checks the result against the joint NUTS posterior, so a
-change in them fails the suite (run on NumPyro 0.22 with Python 3.11 and 3.12). The DataTree is built from plain arrays with ``arviz_base.from_dict``, like the
-joint fit's.
+API; ``tests/inference/test_nuts_blocks.py`` checks the result against the joint NUTS
+posterior, so a change in them fails the suite (run on NumPyro 0.22 with Python 3.11 and
+3.12). The DataTree is built from plain arrays with ``arviz_base.from_dict``, like the joint
+fit's.
 
 References
 ----------
@@ -190,7 +191,6 @@ class BlockedPosterior:
     def __init__(self, samples: dict[str, np.ndarray], extra: dict[str, np.ndarray]) -> None:
         self._samples = samples  # site -> (chains, draws, ...): latent and deterministic
         self._extra = extra
-        self.num_chains, self.num_samples = next(iter(extra.values())).shape[:2]
         self.block_thinning: list[int] = []  # iterations per kept draw, per block
         self.block_bfmi: np.ndarray | None = None  # E-BFMI (blocks, chains), unthinned
 

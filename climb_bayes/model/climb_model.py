@@ -62,7 +62,11 @@ import numpyro.distributions as dist
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
 from climb_bayes.model.observation import GroupedNoise
-from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
+from climb_bayes.model.power_coordinates import (
+    POWER_SITES,
+    power_coordinates,
+    sample_power_law,
+)
 from climb_bayes.model.priors import Priors
 
 __all__ = [
@@ -84,9 +88,7 @@ __all__ = [
 ]
 
 LATENT_SITES = (
-    "log_L0",
-    "logit_f",
-    "log_slope",
+    *POWER_SITES,
     "b_saturated",
     "kappa_saturated",
     "eta",

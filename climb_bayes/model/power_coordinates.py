@@ -19,7 +19,7 @@ which is what the data measure. The map ``(log_L0, logit_f) -> (log A, log E)`` 
 determinant -1 and ``(log_slope, logit_f) -> (log beta, logit_f)`` is triangular with unit
 diagonal, so the priors on ``log A``, ``log E`` and ``log beta`` are added unchanged as
 ``numpyro.factor`` terms and the posterior is exactly the one they define (a genuine change of
-variables: the only place the models use a factor for a prior).
+variables, like CLIMB's saturated transfer coordinates, the other place a prior is a factor).
 
 References
 ----------
