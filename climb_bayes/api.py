@@ -68,7 +68,7 @@ def fit(
     samples: int = 2000,
     target_accept: float = 0.9,
     max_tree_depth: int = 10,
-    init: str = "prior-centre",
+    init: str = "laplace",
     blocks: str = "auto",
     seed: int = 0,
     lfo: str = "laplace",
@@ -91,7 +91,7 @@ def fit(
         Laws to fit and stack; must include ``"climb"``. ``("climb",)`` fits CLIMB alone.
     chains, warmup, samples, target_accept, max_tree_depth : int, int, int, float, int
         NUTS settings; ``samples`` is the total kept over all chains.
-    init : {"prior-centre", "median", "prior", "map"}
+    init : {"laplace", "prior-centre", "median", "prior", "map"}
         Initialisation of the chains.
     blocks : {"auto", "joint", "language"}
         NUTS on the joint posterior or one target language at a time (``auto``: from 8

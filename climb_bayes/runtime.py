@@ -20,6 +20,14 @@ Why each setting:
   4 chains get one each) NumPyro runs them in parallel (``chain_method="parallel"``). This only
   takes effect before JAX initialises its backends; afterwards :func:`setup_jax` leaves the
   device count as it is (chains are then vectorised).
+* **Persistent compilation cache** (``jax_compilation_cache_dir``). Every fit compiles the
+  same NUTS, L-BFGS and Laplace programs for its data; XLA compilation was ~40% of a default
+  ``climb-bayes fit`` (137 s cold, 86 s with the cache filled by an earlier fit of the same
+  table: the 8 leave-future-out fold fits 38 -> 11 s, measured 2026-11-25 on the 2-core
+  machine). The cache lives in ``$CLIMB_BAYES_CACHE_DIR`` or ``$XDG_CACHE_HOME/climb-bayes/jax``
+  (``~/.cache/climb-bayes/jax``); a cache directory the user already gave JAX wins, and
+  ``CLIMB_BAYES_COMPILE_CACHE=0`` (or an unwritable directory) turns it off (a few MB per
+  dataset shape).
 
 References
 ----------
@@ -30,10 +38,31 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["setup_jax", "DEFAULT_MIN_DEVICES"]
+__all__ = ["setup_jax", "DEFAULT_MIN_DEVICES", "CACHE_MIN_COMPILE_SECONDS", "compile_cache_dir"]
 
 DEFAULT_MIN_DEVICES = 4
 """At least this many host devices, so that the default 4 chains run in parallel."""
+
+
+CACHE_MIN_COMPILE_SECONDS = 0.0
+"""Compilations faster than this are not written to the persistent cache (0: every one; the
+leave-future-out fold fits are many small compilations: with 0.2 s they stayed 2.5x slower)."""
+
+
+def compile_cache_dir() -> str | None:
+    """Where :func:`setup_jax` keeps compiled programs (``None``: the cache is off)."""
+    if os.environ.get("CLIMB_BAYES_COMPILE_CACHE", "1").strip().lower() in ("0", "false", "no"):
+        return None
+    root = os.environ.get("CLIMB_BAYES_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "climb-bayes",
+        "jax",
+    )
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        return None
+    return root if os.access(root, os.W_OK) else None
 
 
 def _backends_initialised() -> bool:
@@ -47,8 +76,10 @@ def _backends_initialised() -> bool:
     return True if ask is None else bool(ask())
 
 
-def setup_jax(host_devices: int | None = None, *, x64: bool = True) -> None:
-    """Enable 64-bit floats and expose one host device per CPU core (idempotent).
+def setup_jax(
+    host_devices: int | None = None, *, x64: bool = True, compile_cache: bool = True
+) -> None:
+    """Enable 64-bit floats, one host device per CPU core and a compilation cache (idempotent).
 
     Parameters
     ----------
@@ -58,6 +89,9 @@ def setup_jax(host_devices: int | None = None, *, x64: bool = True) -> None:
         (the user's choice wins).
     x64 : bool
         Enable 64-bit floats (what every climb-bayes computation assumes).
+    compile_cache : bool
+        Keep compiled programs on disk (:func:`compile_cache_dir`) unless JAX already has a
+        cache directory.
 
     Examples
     --------
@@ -73,7 +107,14 @@ def setup_jax(host_devices: int | None = None, *, x64: bool = True) -> None:
 
             n = host_devices or max(os.cpu_count() or 1, DEFAULT_MIN_DEVICES)
             numpyro.set_host_device_count(int(n))
-    if x64:
-        import jax
+    import jax
 
+    if x64:
         jax.config.update("jax_enable_x64", True)
+    if compile_cache and not jax.config.jax_compilation_cache_dir:
+        root = compile_cache_dir()
+        if root is not None:
+            jax.config.update("jax_compilation_cache_dir", root)
+            jax.config.update(
+                "jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS
+            )

@@ -77,3 +77,21 @@ def test_bad_mixtures_and_weights_are_clear_errors(map_fit3):
         cb.predict(fit3, np.array([0.5, 0.2, 0.2]), 1e10)
     with pytest.raises(ClimbError, match="weights need"):
         cb.optimize(fit3, 1e10, weights=[1.0, 2.0])
+
+
+def test_compile_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    from climb_bayes.runtime import compile_cache_dir
+
+    monkeypatch.delenv("CLIMB_BAYES_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CLIMB_BAYES_COMPILE_CACHE", "1")
+    assert compile_cache_dir() == str(tmp_path / "xdg" / "climb-bayes" / "jax")
+    assert (tmp_path / "xdg" / "climb-bayes" / "jax").is_dir()
+    monkeypatch.setenv("CLIMB_BAYES_CACHE_DIR", str(tmp_path / "mine"))
+    assert compile_cache_dir() == str(tmp_path / "mine")
+    monkeypatch.setenv("CLIMB_BAYES_COMPILE_CACHE", "0")
+    assert compile_cache_dir() is None
+    monkeypatch.setenv("CLIMB_BAYES_COMPILE_CACHE", "1")
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("CLIMB_BAYES_CACHE_DIR", str(tmp_path / "file" / "sub"))
+    assert compile_cache_dir() is None  # cannot be created: off, no error

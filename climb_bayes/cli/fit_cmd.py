@@ -56,10 +56,13 @@ def _echo(msg: str) -> None:
 @click.option(
     "--init",
     "init",
-    type=click.Choice(["prior-centre", "median", "prior", "map"]),
-    default="prior-centre",
+    type=click.Choice(["laplace", "prior-centre", "median", "prior", "map"]),
+    default="laplace",
     show_default=True,
-    help="Initialisation of the chains.",
+    help=(
+        "Initialisation of the chains (laplace: each from a Laplace draw at the mode "
+        "L-BFGS reaches from its prior-centre start)."
+    ),
 )
 @click.option(
     "--blocks",

@@ -283,7 +283,7 @@ def fit_runs(
         if blocked:
             mcmc = run_blocked_nuts(k_nuts, data, priors, config, log=log)
         else:
-            mcmc = run_nuts(k_nuts, data, priors, config, point=point)
+            mcmc = run_nuts(k_nuts, data, priors, config, point=point, log=log)
         samples = mcmc.get_samples()
         jax.block_until_ready(samples)
         elapsed = time.perf_counter() - t0

@@ -33,7 +33,14 @@ from jax.flatten_util import ravel_pytree
 
 from climb_bayes.inference.point_fit import multistart_lbfgs
 
-__all__ = ["LaplaceResult", "laplace_posterior"]
+__all__ = [
+    "LaplaceResult",
+    "laplace_posterior",
+    "START_CANDIDATES",
+    "MODE_GAP",
+    "ModeStarts",
+    "mode_starts",
+]
 
 EIGEN_FLOOR = 1e-8
 """Smallest Hessian eigenvalue kept, relative to the largest (flat directions get a wide but
@@ -47,6 +54,29 @@ class LaplaceResult(NamedTuple):
     potential: float
     converged: bool
     min_eigenvalue: float
+
+
+def _flat_model(
+    model: Callable[..., None], model_args: tuple, init_values: dict[str, Any], key: jax.Array
+) -> tuple[Any, jax.Array, Callable, Callable[[jax.Array], jax.Array]]:
+    """NumPyro's set-up of ``model`` (:func:`numpyro.infer.util.initialize_model`, started at
+    ``init_values``), its unconstrained point as a flat vector, the unravel map and the
+    potential energy of a flat vector."""
+    from numpyro.infer import init_to_value
+    from numpyro.infer.util import initialize_model
+
+    info = initialize_model(
+        key,
+        model,
+        model_args=model_args,
+        init_strategy=init_to_value(values={k: jnp.asarray(v) for k, v in init_values.items()}),
+    )
+    z0, unravel = ravel_pytree(info.param_info.z)
+
+    def potential(x: jax.Array) -> jax.Array:
+        return info.potential_fn(unravel(x))
+
+    return info, z0, unravel, potential
 
 
 def laplace_posterior(
@@ -75,21 +105,8 @@ def laplace_posterior(
     max_iter : int
         L-BFGS iterations.
     """
-    from numpyro.infer import init_to_value
-    from numpyro.infer.util import initialize_model
-
     k_init, k_draw = jax.random.split(key)
-    info = initialize_model(
-        k_init,
-        model,
-        model_args=model_args,
-        init_strategy=init_to_value(values={k: jnp.asarray(v) for k, v in init_values.items()}),
-    )
-    z0, unravel = ravel_pytree(info.param_info.z)
-
-    def potential(x: jax.Array) -> jax.Array:
-        return info.potential_fn(unravel(x))
-
+    info, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
     res = multistart_lbfgs(potential, np.asarray(z0)[None], max_iter=max_iter)
     mode = jnp.asarray(res.x)
     hess = np.asarray(jax.jit(jax.hessian(potential))(mode))
@@ -103,3 +120,164 @@ def laplace_posterior(
     post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
     return LaplaceResult(samples, float(res.fun), bool(res.n_converged), float(w.min()))
+
+
+START_CANDIDATES = 16
+"""Laplace draws tried per chain in :func:`mode_starts` (the first in the typical band wins)."""
+
+MODE_GAP = 2.0
+"""Potential-energy difference (nats) above which two L-BFGS end points count as different
+modes in :func:`mode_starts`."""
+
+
+class ModeStarts(NamedTuple):
+    """Chain starts drawn around the posterior modes L-BFGS reaches from each chain's start.
+
+    Attributes
+    ----------
+    init_params : dict of str to numpy.ndarray
+        ``(chains, ...)`` starts in NUTS's unconstrained coordinates.
+    potentials : numpy.ndarray
+        ``(chains,)`` potential energy (negative log density, nats) at the mode each chain's
+        search reached.
+    inverse_mass : numpy.ndarray
+        Inverse Hessian of the potential at the best mode, ``(d, d)`` (or its ``(d,)``
+        diagonal): NUTS's initial inverse mass matrix.
+    modes : int
+        Distinct modes the chains' searches reached (potentials more than :data:`MODE_GAP`
+        apart, or far apart under the Hessian).
+    """
+
+    init_params: dict[str, np.ndarray]
+    potentials: np.ndarray
+    inverse_mass: np.ndarray
+    modes: int
+
+
+def _count_modes(x: np.ndarray, potentials: np.ndarray, precisions: list[np.ndarray | None]) -> int:
+    """Distinct modes among L-BFGS end points ``x`` ``(n, d)``: two are one mode when their
+    potentials are within :data:`MODE_GAP` and their Mahalanobis distance under the Hessian at
+    the first is inside its typical set (squared distance ``<= d + 3 sqrt(2 d)``)."""
+    d = x.shape[1]
+    reps: list[int] = []
+    for c in np.argsort(potentials):
+        if not potentials[c] < 1e30:
+            continue
+        same = False
+        for r in reps:
+            gap = x[c] - x[r]
+            near = precisions[r] is None or gap @ precisions[r] @ gap <= d + 3 * np.sqrt(2 * d)
+            same = same or (abs(potentials[c] - potentials[r]) <= MODE_GAP and near)
+        if not same:
+            reps.append(int(c))
+    return len(reps)
+
+
+def mode_starts(
+    model: Callable[..., None],
+    model_args: tuple,
+    init_values: dict[str, Any],
+    starts: dict[str, Any],
+    *,
+    key: jax.Array,
+    dense: bool = True,
+    max_iter: int = 3000,
+) -> ModeStarts:
+    """Start every NUTS chain from a draw of the Laplace approximation at its own mode.
+
+    From each chain's start (``starts``, unconstrained, leading axis = chains) L-BFGS climbs to a
+    mode of the posterior; the chain then starts from a draw of the Gaussian with the inverse
+    Hessian there: the first of :data:`START_CANDIDATES` draws whose potential is within the
+    Gaussian's typical band (``d/2 + 3 sqrt(d/2)`` nats above the mode, ``d`` parameters; else
+    the mode itself). Chains thus begin in the typical set instead of crossing to it during
+    warm-up, and chains that reach different modes keep them, so R-hat reports the modes
+    instead of the seed deciding which one the fit sees.
+
+    Why each part (measured on the shipped default data, ``climb-bayes fit``'s CLIMB NUTS,
+    4 chains x (1000 + 500)): from jittered prior-centre starts one key in seven left a chain
+    stuck for good (1023 leapfrog steps per draw, step size 0.001, R-hat 1.30); from plain
+    Laplace draws one seed in six did the same, because where the posterior is far from
+    Gaussian (a flat Hessian direction) a draw can start 220 nats above the mode; with the
+    band, none of 12 seeds did, and sampling took ~30 s instead of ~37 s.
+
+    Parameters
+    ----------
+    model : callable
+        NumPyro model.
+    model_args : tuple
+        Its positional arguments.
+    init_values : dict
+        A valid point (constrained values of the latent sites) to set the model up.
+    starts : dict
+        ``(chains, ...)`` starting values per latent site, unconstrained.
+    key : jax.Array
+        PRNG key of the draws.
+    dense : bool
+        Return the full inverse Hessian as the mass matrix (else its diagonal).
+    max_iter : int
+        L-BFGS iterations per chain.
+
+    Returns
+    -------
+    ModeStarts
+
+    References
+    ----------
+    .. [1] Tierney & Kadane (1986), "Accurate Approximations for Posterior Moments and Marginal
+       Densities", JASA 81(393).
+    .. [2] Zhang, Carpenter, Gelman & Vehtari (2022), "Pathfinder: Parallel quasi-Newton
+       variational inference", JMLR 23 (quasi-Newton paths to the typical set as MCMC starts).
+    """
+    chains = next(iter(starts.values())).shape[0]
+    k_init, k_draw = jax.random.split(key)
+    _, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
+    # the starts are already unconstrained: ravel them in the same (sorted-key) order
+    x0 = np.stack(
+        [
+            np.asarray(ravel_pytree({k: jnp.asarray(v[c]) for k, v in starts.items()})[0])
+            for c in range(chains)
+        ]
+    )
+    if x0.shape[1] != z0.size:
+        raise ValueError("starts do not name the model's latent sites.")
+
+    res = multistart_lbfgs(potential, x0, max_iter=max_iter)
+    hessian = jax.jit(jax.hessian(potential))
+    potentials = jax.jit(jax.vmap(potential))
+    d = x0.shape[1]
+    band = 0.5 * d + 3.0 * np.sqrt(0.5 * d)  # 3 sd above the mean excess of a Gaussian
+    keys = jax.random.split(k_draw, chains)
+    out, covs, precisions = x0.copy(), [], []
+    for c in range(chains):
+        if not res.all_fun[c] < 1e30:  # the search failed: keep the chain's own start
+            covs.append(None)
+            precisions.append(None)
+            continue
+        hess_c = np.asarray(hessian(jnp.asarray(res.all_x[c])))
+        cov = _floored_inverse(hess_c)
+        covs.append(cov)
+        precisions.append(0.5 * (hess_c + hess_c.T))
+        eps = np.asarray(jax.random.normal(keys[c], (START_CANDIDATES, d)))
+        cand = res.all_x[c][None, :] + eps @ np.linalg.cholesky(cov).T
+        excess = np.asarray(potentials(jnp.asarray(cand))) - res.all_fun[c]
+        excess = np.where(np.isfinite(excess), excess, np.inf)
+        inside = np.flatnonzero(excess <= band)
+        out[c] = cand[inside[0]] if inside.size else res.all_x[c]
+    best = int(np.argmin(res.all_fun))
+    inverse_mass = covs[best] if covs[best] is not None else np.eye(z0.size)
+    init = jax.vmap(unravel)(jnp.asarray(out))
+    return ModeStarts(
+        {k: np.asarray(v) for k, v in init.items()},
+        np.asarray(res.all_fun),
+        inverse_mass if dense else np.diag(inverse_mass).copy(),
+        _count_modes(res.all_x, np.asarray(res.all_fun), precisions),
+    )
+
+
+def _floored_inverse(hess: np.ndarray) -> np.ndarray:
+    """Inverse of a symmetrised Hessian with eigenvalues floored at :data:`EIGEN_FLOOR`."""
+    hess = 0.5 * (hess + hess.T)
+    w, v = np.linalg.eigh(hess)
+    w = np.maximum(w, EIGEN_FLOOR * max(float(np.abs(w).max()), 1.0))
+    cov = (v / w[None, :]) @ v.T
+    return 0.5 * (cov + cov.T)

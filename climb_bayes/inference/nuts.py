@@ -1,11 +1,15 @@
 """NUTS inference for the CLIMB model (NumPyro), chains in parallel over CPU cores.
 
-Initialisation (measured, see ``docs/performance.md``): every chain starts from its own draw
-near the prior centre (``init="prior-centre"``: prior locations with transfer switched off,
-jittered by a quarter of the prior spread). That was the most reliable option on the law:
-``init_to_median`` of the prior starts in regions of strong random transfer where warm-up can
-stall, and a start at the point fit puts all chains in one (possibly wrong) mode and collapses
-hierarchical scales (``tau_b`` -> 0), which stalls the sampler in a funnel.
+Initialisation (measured, see ``docs/model.md``): by default (``init="laplace"``) every chain
+takes its own jittered start near the prior centre (prior locations with transfer switched off,
+jittered by a quarter of the prior spread; ``init="prior-centre"`` stops here), climbs to a
+posterior mode by L-BFGS and starts from a Laplace draw there, inside the Gaussian's typical
+band (:func:`climb_bayes.inference.laplace.mode_starts`); the inverse Hessian at the best mode
+is NUTS's initial mass matrix. The modes reached are logged, so a multi-modal posterior is
+reported rather than left to the seed. ``init_to_median`` of the prior starts in regions of
+strong random transfer where warm-up can stall, and starting every chain at the point fit
+(``init="map"``) puts all chains in one (possibly wrong) mode and collapses hierarchical scales
+(``tau_b`` -> 0), which stalls the sampler in a funnel.
 
 References
 ----------
@@ -33,6 +37,7 @@ from numpyro.infer import (
 )
 
 from climb_bayes.errors import ClimbError
+from climb_bayes.inference.laplace import mode_starts
 from climb_bayes.inference.point_fit import PointFit
 from climb_bayes.model.climb_model import ModelData, climb_model, sampler_coordinates
 from climb_bayes.model.priors import Priors
@@ -51,7 +56,7 @@ __all__ = [
     "from_unconstrained",
 ]
 
-INITS = ("prior-centre", "median", "prior", "map")
+INITS = ("laplace", "prior-centre", "median", "prior", "map")
 BLOCKS = ("auto", "joint", "language")
 EXTRA_FIELDS = ("diverging", "num_steps", "energy", "accept_prob")
 """Per-draw sampler statistics recorded with every fit."""
@@ -65,7 +70,7 @@ class NutsConfig(NamedTuple):
     samples: int = 2000
     target_accept: float = 0.9
     max_tree_depth: int = 10
-    init: str = "prior-centre"
+    init: str = "laplace"
     dense_mass: bool = True
     chain_method: str = "auto"
     progress_bar: bool | None = None
@@ -167,6 +172,7 @@ def run_nuts(
     priors: Priors,
     config: NutsConfig | None = None,
     point: PointFit | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> MCMC:
     """Run NUTS on the CLIMB model and return the NumPyro ``MCMC`` object.
 
@@ -182,10 +188,14 @@ def run_nuts(
         Sampler settings.
     point : PointFit, optional
         Needed for ``init="map"`` (chains start jittered around the point fit).
+    log : callable, optional
+        Progress lines (the modes the ``"laplace"`` starts found).
     """
     config = config or NutsConfig()
     config.check()
+    log = log or (lambda _msg: None)
     init_key, run_key = jax.random.split(key)
+    inverse_mass = None
     if config.init == "median":
         strategy, init_params = init_to_median(num_samples=15), None
     elif config.init == "prior":
@@ -200,8 +210,26 @@ def run_nuts(
         base = sampler_coordinates(base, data, priors)
         strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
         init_params = chain_inits(init_key, data, priors, config.chains, base)
+        if config.init == "laplace":
+            starts = mode_starts(
+                climb_model,
+                (data, priors),
+                base,
+                init_params,
+                key=init_key,
+                dense=config.dense_mass,
+            )
+            init_params, inverse_mass = starts.init_params, starts.inverse_mass
+            log(
+                f"chain starts: L-BFGS from {config.chains} prior-centre starts reached "
+                f"{starts.modes} mode(s) (potential "
+                + ", ".join(f"{p:.1f}" for p in starts.potentials)
+                + "); each chain starts from a Laplace draw at its mode"
+            )
+        if config.chains == 1:  # NumPyro takes one chain's values without the chain axis
+            init_params = {k: v[0] for k, v in init_params.items()}
 
-    mcmc = nuts_mcmc(climb_model, config, init_strategy=strategy)
+    mcmc = nuts_mcmc(climb_model, config, init_strategy=strategy, inverse_mass=inverse_mass)
     mcmc.run(
         run_key,
         data,
@@ -224,6 +252,7 @@ def nuts_mcmc(
     model: Callable[..., None],
     config: NutsConfig,
     init_strategy: Callable[..., Any] = init_to_uniform,
+    inverse_mass: np.ndarray | None = None,
 ) -> MCMC:
     """NumPyro ``MCMC`` with a NUTS kernel on ``model``, configured by ``config``.
 
@@ -239,6 +268,7 @@ def nuts_mcmc(
         max_tree_depth=config.max_tree_depth,
         init_strategy=init_strategy,
         dense_mass=config.dense_mass,
+        inverse_mass_matrix=None if inverse_mass is None else jnp.asarray(inverse_mass),
     )
     return MCMC(
         kernel,

@@ -112,7 +112,9 @@ def use_language_blocks(config: NutsConfig, priors: Priors, n_languages: int) ->
     """Whether ``config.blocks`` asks for per-language blocks under these priors.
 
     ``"auto"`` picks blocks when the posterior factorises (no hierarchical transfer), the
-    chains do not start at a point fit and there are at least :data:`BLOCK_MIN_LANGUAGES`.
+    chains do not start at a point fit and there are at least :data:`BLOCK_MIN_LANGUAGES`
+    (blocks start from the prior centre whether ``init`` is ``"laplace"`` or
+    ``"prior-centre"``: their explore stage is their start).
 
     Raises
     ------
@@ -121,13 +123,13 @@ def use_language_blocks(config: NutsConfig, priors: Priors, n_languages: int) ->
     """
     if config.blocks == "joint":
         return False
-    possible = not priors.hierarchical_transfer and config.init == "prior-centre"
+    possible = not priors.hierarchical_transfer and config.init in ("laplace", "prior-centre")
     if config.blocks == "language":
         if not possible:
             raise ClimbError(
-                "--blocks language needs independent languages and the prior-centre start: "
-                "drop hierarchical_transfer from the priors, use --init prior-centre, or "
-                "--blocks joint."
+                "--blocks language needs independent languages and its own start (each "
+                "block explores from the prior centre): drop hierarchical_transfer from the "
+                "priors, use --init laplace or prior-centre, or --blocks joint."
             )
         return True
     return possible and n_languages >= BLOCK_MIN_LANGUAGES

@@ -55,13 +55,14 @@ def huber(residual: jax.Array, delta: float = HUBER_DELTA) -> jax.Array:
 
 
 class OptimResult(NamedTuple):
-    """Best of several L-BFGS runs."""
+    """Best of several L-BFGS runs (``x``, ``fun``) and where every run ended."""
 
     x: np.ndarray
     fun: float
     n_starts: int
     n_converged: int
     all_fun: np.ndarray
+    all_x: np.ndarray
 
 
 def _scipy_fg(fn: Callable[[jax.Array], jax.Array]) -> Callable[[np.ndarray], tuple]:
@@ -117,16 +118,19 @@ def multistart_lbfgs(
     def lbfgs(f: Callable, x: np.ndarray) -> scipy.optimize.OptimizeResult:
         return scipy.optimize.minimize(f, x, jac=True, method="L-BFGS-B", options=options)
 
-    best, funs, converged = None, [], 0
+    best, funs, xs, converged = None, [], [], 0
     for x0 in np.atleast_2d(np.asarray(starts, dtype=float)):
         if pre_fg is not None:
             x0 = lbfgs(pre_fg, x0).x
         res = lbfgs(fg, x0)
         funs.append(float(res.fun))
+        xs.append(np.asarray(res.x))
         converged += bool(res.success)
         if best is None or res.fun < best.fun:
             best = res
-    return OptimResult(np.asarray(best.x), float(best.fun), len(funs), converged, np.array(funs))
+    return OptimResult(
+        np.asarray(best.x), float(best.fun), len(funs), converged, np.array(funs), np.stack(xs)
+    )
 
 
 def mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:

@@ -67,7 +67,11 @@ def test_planted_outlier_run_gets_high_pareto_k_and_moves_rstar(nuts_fit3):
 
     runs = nuts_fit3.runs
     k_clean, _ = run_pareto_k(nuts_fit3)
-    target = int(np.argmin(k_clean))
+    # A clean, well-predicted run. Fixed by name: the smallest of the near-tied Pareto k of a
+    # short 2-chain fit moves with the chains' starts (with Laplace starts it is de-c0.25-25B,
+    # whose clean removal alone moves r* by 0.031 -- planted, dropping it moved r* by 0.038,
+    # independent Student-t points 0.034 and Normal points 0.077; measured 2026-11-25).
+    target = list(runs.run_ids).index("zh-mono-25B")
     assert k_clean[target] < PARETO_K_MAX
     planted = _plant_outlier(runs, target, 1.15)  # every loss of one run 15% off
     config = NutsConfig(chains=2, warmup=300, samples=400, progress_bar=False)

@@ -105,3 +105,10 @@ def test_same_seed_gives_identical_draws(runs):
     np.testing.assert_array_equal(a.draws("beta"), b.draws("beta"))
     np.testing.assert_array_equal(a.draws("b"), b.draws("b"))
     assert not np.array_equal(a.draws("beta"), c.draws("beta"))
+
+
+def test_a_single_chain_runs(runs):
+    # NumPyro takes one chain's starts without the chain axis (this crashed before)
+    one = fit_runs(runs, config=NutsConfig(chains=1, warmup=50, samples=50, progress_bar=False))
+    assert one.tree["posterior"].sizes["chain"] == 1
+    assert one.tree["posterior"].sizes["draw"] == 50

@@ -1,0 +1,57 @@
+"""Laplace approximation and the chain starts drawn from it (``mode_starts``)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import logsumexp
+
+import climb_bayes  # noqa: F401
+from climb_bayes.inference.laplace import mode_starts
+
+
+def _two_bumps() -> None:
+    """Two equally high modes at x = (-3, -3) and (3, 3), sd 0.5 each."""
+    x = numpyro.sample("x", dist.Normal(0.0, 10.0).expand([2]).to_event(1))
+    each = dist.Normal(jnp.array([[-3.0], [3.0]]), 0.5).log_prob(x).sum(-1)
+    numpyro.factor("bumps", logsumexp(each))
+
+
+def _skewed() -> None:
+    """A posterior far from Gaussian in one direction: log-normal tail on exp(u)."""
+    u = numpyro.sample("u", dist.Normal(0.0, 3.0))
+    numpyro.sample("y", dist.Exponential(jnp.exp(u)), obs=jnp.full(20, 0.1))
+    numpyro.sample("v", dist.Normal(u, 0.1))
+
+
+def _potential(model, z: dict) -> float:
+    from numpyro.infer.util import potential_energy
+
+    return float(potential_energy(model, (), {}, {k: jnp.asarray(v) for k, v in z.items()}))
+
+
+def test_each_chain_keeps_the_mode_its_search_reached():
+    starts = {"x": np.array([[-2.0, -2.5], [2.5, 2.0], [-3.5, -2.0], [1.0, 3.5]])}
+    res = mode_starts(_two_bumps, (), {"x": np.zeros(2)}, starts, key=jax.random.PRNGKey(0))
+    assert res.modes == 2  # equal heights: told apart by location, not by potential
+    np.testing.assert_array_equal(np.sign(res.init_params["x"][:, 0]), [-1, 1, -1, 1])
+    np.testing.assert_allclose(res.potentials[0], res.potentials[1], atol=1e-6)
+    assert res.inverse_mass.shape == (2, 2)
+
+
+def test_one_mode_is_counted_once_and_starts_stay_in_the_typical_band():
+    starts = {"u": np.array([-3.0, 0.0, 2.0, 4.0]), "v": np.array([0.0, 1.0, -1.0, 2.0])}
+    res = mode_starts(
+        _skewed, (), {"u": 0.0, "v": 0.0}, starts, key=jax.random.PRNGKey(1), dense=False
+    )
+    assert res.modes == 1
+    assert res.inverse_mass.shape == (2,)
+    band = 0.5 * 2 + 3.0 * np.sqrt(0.5 * 2)
+    for c in range(4):
+        z = {k: v[c] for k, v in res.init_params.items()}
+        assert _potential(_skewed, z) - res.potentials[c] <= band + 1e-9
+    # dispersed, not four copies of the mode
+    assert np.ptp(res.init_params["u"]) > 0.01
