@@ -21,9 +21,9 @@ Why each setting:
   takes effect before JAX initialises its backends; afterwards :func:`setup_jax` leaves the
   device count as it is (chains are then vectorised).
 * **Persistent compilation cache** (``jax_compilation_cache_dir``). Every fit compiles the
-  same NUTS, L-BFGS and Laplace programs for its data; XLA compilation was ~40% of a default
-  ``climb-bayes fit`` (137 s cold, 86 s with the cache filled by an earlier fit of the same
-  table: the 8 leave-future-out fold fits 38 -> 11 s, measured 2026-11-25 on the 2-core
+  same NUTS, L-BFGS and Laplace programs for its data; a default ``climb-bayes fit`` took
+  142-168 s on its first run and 81 s once an earlier fit of the same table had filled the
+  cache (the 8 leave-future-out fold fits 38 -> 11 s; measured 2026-11-25 on the 2-core
   machine). The cache lives in ``$CLIMB_BAYES_CACHE_DIR`` or ``$XDG_CACHE_HOME/climb-bayes/jax``
   (``~/.cache/climb-bayes/jax``); a cache directory the user already gave JAX wins, and
   ``CLIMB_BAYES_COMPILE_CACHE=0`` (or an unwritable directory) turns it off (a few MB per

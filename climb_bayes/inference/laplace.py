@@ -110,10 +110,7 @@ def laplace_posterior(
     res = multistart_lbfgs(potential, np.asarray(z0)[None], max_iter=max_iter)
     mode = jnp.asarray(res.x)
     hess = np.asarray(jax.jit(jax.hessian(potential))(mode))
-    hess = 0.5 * (hess + hess.T)
-    w, v = np.linalg.eigh(hess)
-    floor = EIGEN_FLOOR * max(float(np.abs(w).max()), 1.0)
-    w_kept = np.maximum(w, floor)
+    w, v, w_kept = _floored_eigh(hess)
     root = v / np.sqrt(w_kept)[None, :]  # cov = root root^T
     eps = np.asarray(jax.random.normal(k_draw, (n_draws, mode.size)))
     z = np.asarray(mode)[None, :] + eps @ root.T
@@ -163,12 +160,14 @@ def _count_modes(x: np.ndarray, potentials: np.ndarray, precisions: list[np.ndar
     for c in np.argsort(potentials):
         if not potentials[c] < 1e30:
             continue
-        same = False
-        for r in reps:
-            gap = x[c] - x[r]
-            near = precisions[r] is None or gap @ precisions[r] @ gap <= d + 3 * np.sqrt(2 * d)
-            same = same or (abs(potentials[c] - potentials[r]) <= MODE_GAP and near)
-        if not same:
+        if not any(
+            abs(potentials[c] - potentials[r]) <= MODE_GAP
+            and (
+                precisions[r] is None
+                or (x[c] - x[r]) @ precisions[r] @ (x[c] - x[r]) <= d + 3 * np.sqrt(2 * d)
+            )
+            for r in reps
+        ):
             reps.append(int(c))
     return len(reps)
 
@@ -254,9 +253,11 @@ def mode_starts(
             precisions.append(None)
             continue
         hess_c = np.asarray(hessian(jnp.asarray(res.all_x[c])))
-        cov = _floored_inverse(hess_c)
-        covs.append(cov)
         precisions.append(0.5 * (hess_c + hess_c.T))
+        _, v, w_kept = _floored_eigh(precisions[-1])
+        cov = (v / w_kept[None, :]) @ v.T
+        cov = 0.5 * (cov + cov.T)
+        covs.append(cov)
         eps = np.asarray(jax.random.normal(keys[c], (START_CANDIDATES, d)))
         cand = res.all_x[c][None, :] + eps @ np.linalg.cholesky(cov).T
         excess = np.asarray(potentials(jnp.asarray(cand))) - res.all_fun[c]
@@ -274,10 +275,10 @@ def mode_starts(
     )
 
 
-def _floored_inverse(hess: np.ndarray) -> np.ndarray:
-    """Inverse of a symmetrised Hessian with eigenvalues floored at :data:`EIGEN_FLOOR`."""
+def _floored_eigh(hess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eigen-decomposition ``(w, v, w_kept)`` of a symmetrised Hessian, ``w_kept`` with the
+    eigenvalues floored at :data:`EIGEN_FLOOR` times the largest (at least 1), so that
+    ``v diag(1 / w_kept) v^T`` is a positive-definite covariance."""
     hess = 0.5 * (hess + hess.T)
     w, v = np.linalg.eigh(hess)
-    w = np.maximum(w, EIGEN_FLOOR * max(float(np.abs(w).max()), 1.0))
-    cov = (v / w[None, :]) @ v.T
-    return 0.5 * (cov + cov.T)
+    return w, v, np.maximum(w, EIGEN_FLOOR * max(float(np.abs(w).max()), 1.0))
