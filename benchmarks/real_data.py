@@ -51,16 +51,16 @@ FIT_MAX_TOKENS = 12_000 * 4096 * 256
 TEST_MIN_TOKENS = 20_000 * 4096 * 256
 NUTS_OPTIONS = FitOptions(n_starts=2, seed=0, chains=2, warmup=500, samples=1000)
 """NUTS rows (``--nuts``): 2 chains x (500 warm-up + 500 draws); every law at every 5Mix size
-(the small laws take 12-24 s each there since they sample their data term in the coordinates of
-``climb_bayes.model.power_coordinates``), Isolated and MSL on RegMix (see
-:data:`REGMIX_NUTS_NOTE`): the whole ``--nuts`` run stays near 30 min."""
+(the small laws take 7-18 s each there on the idle machine since they sample their data term in
+the coordinates of ``climb_bayes.model.power_coordinates``), Isolated and MSL on RegMix (see
+:data:`REGMIX_NUTS_NOTE`): the whole ``--nuts`` run takes 501 s on the idle machine."""
 REGMIX_NUTS_LAWS = ("isolated", "msl")
 REGMIX_NUTS_NOTE = (
-    "regmix-1M: NUTS rows for Isolated and MSL only (170-200 s each, measured 2026-11-24). "
-    "CLIMB's 13 language blocks ran at the maximum tree depth (4,092 leapfrog steps per kept "
-    "draw, 414 divergences in one block), about 2.5 min per block; the DML (one budget, so no "
-    "budget term and none of the data-term coordinates; 13 x 12 free transfer exponents) did not "
-    "finish in 7 min. Beyond this benchmark's 30-min budget."
+    "regmix-1M: NUTS rows for Isolated and MSL only (58-106 s each on the idle machine, "
+    "2026-11-25). CLIMB's 13 language blocks ran at the maximum tree depth (4,092 leapfrog "
+    "steps per kept draw, 414 divergences in one block), about 2.5 min per block; the DML "
+    "(one budget, so no budget term and none of the data-term coordinates; 13 x 12 free "
+    "transfer exponents) did not finish in 7 min. Beyond this benchmark's 30-min budget."
 )
 
 

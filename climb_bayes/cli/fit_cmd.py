@@ -51,7 +51,7 @@ def _echo(msg: str) -> None:
 )
 @click.option("--chains", type=int, default=4, show_default=True)
 @click.option("--warmup", type=int, default=1000, show_default=True)
-@click.option("--target-accept", type=float, default=0.9, show_default=True)
+@click.option("--target-accept", type=float, default=0.95, show_default=True)
 @click.option("--max-tree-depth", type=int, default=10, show_default=True)
 @click.option(
     "--init",

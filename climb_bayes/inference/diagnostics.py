@@ -148,7 +148,7 @@ def compute_diagnostics(
     if np.isfinite(min_tail) and min_tail < ESS_MIN:
         problems.append(f"tail ESS {min_tail:.0f} < {ESS_MIN}")
     if div:
-        problems.append(f"{div} divergent transitions: raise --target-accept (e.g. 0.95)")
+        problems.append(f"{div} divergent transitions: raise --target-accept (e.g. 0.98)")
     if saturated > 0.05 * n_draws:
         problems.append(
             f"{saturated} draws hit the max tree depth {max_tree_depth}: raise --max-tree-depth"

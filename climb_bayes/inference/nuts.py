@@ -68,7 +68,7 @@ class NutsConfig(NamedTuple):
     chains: int = 4
     warmup: int = 1000
     samples: int = 2000
-    target_accept: float = 0.9
+    target_accept: float = 0.95
     max_tree_depth: int = 10
     init: str = "laplace"
     dense_mass: bool = True
