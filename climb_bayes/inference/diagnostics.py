@@ -102,6 +102,7 @@ def compute_diagnostics(
     max_tree_depth: int,
     var_names: list[str],
     bfmi: np.ndarray | None = None,
+    target_accept: float = 0.95,
 ) -> Diagnostics:
     """Compute diagnostics over the sampled (latent) variables.
 
@@ -118,6 +119,8 @@ def compute_diagnostics(
     bfmi : numpy.ndarray, optional
         E-BFMI values computed by the sampler (the language-block sampler's per block and
         chain, on unthinned energies); by default from ``sample_stats["energy"]`` per chain.
+    target_accept : float
+        The sampler's target acceptance: divergences advise one halfway to 1 (at most 0.99).
     """
     import arviz_stats as azs
 
@@ -148,7 +151,8 @@ def compute_diagnostics(
     if np.isfinite(min_tail) and min_tail < ESS_MIN:
         problems.append(f"tail ESS {min_tail:.0f} < {ESS_MIN}")
     if div:
-        problems.append(f"{div} divergent transitions: raise --target-accept (e.g. 0.98)")
+        higher = min(round((1.0 + target_accept) / 2.0, 3), 0.99)
+        problems.append(f"{div} divergent transitions: raise --target-accept (e.g. {higher:g})")
     if saturated > 0.05 * n_draws:
         problems.append(
             f"{saturated} draws hit the max tree depth {max_tree_depth}: raise --max-tree-depth"

@@ -301,6 +301,7 @@ def fit_runs(
             config.max_tree_depth,
             _diagnosed_names(priors),
             bfmi=mcmc.block_bfmi if blocked else None,
+            target_accept=config.target_accept,
         )
         attrs["diagnostics"] = diag.to_json()
         attrs["sampling_seconds"] = float(elapsed)

@@ -596,7 +596,9 @@ def fit_nuts(
     )
     grouped = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))  # dispatch is async
     seconds = time.perf_counter() - t0
-    diag = _nuts_diagnostics(grouped, mcmc.get_extra_fields(group_by_chain=True), obs.groups)
+    diag = _nuts_diagnostics(
+        grouped, mcmc.get_extra_fields(group_by_chain=True), obs.groups, options.target_accept
+    )
     rhat, ess, div = diag.max_rhat, diag.min_ess_bulk, diag.divergences
     log(
         f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
@@ -630,7 +632,7 @@ def fit_nuts(
 
 
 def _nuts_diagnostics(
-    grouped: dict[str, Any], extra: dict[str, Any], groups: Sequence[str]
+    grouped: dict[str, Any], extra: dict[str, Any], groups: Sequence[str], target_accept: float
 ) -> Diagnostics:
     """R-hat, ESS, divergences, tree depth and E-BFMI of a law's NUTS run by the one path every
     fit uses (:func:`climb_bayes.inference.diagnostics.compute_diagnostics`, arviz-stats); an axis
@@ -652,7 +654,9 @@ def _nuts_diagnostics(
             "n_steps": _da("n_steps", extra["num_steps"]),
         }
     )
-    return compute_diagnostics(posterior, stats, LAW_MAX_TREE_DEPTH, list(grouped))
+    return compute_diagnostics(
+        posterior, stats, LAW_MAX_TREE_DEPTH, list(grouped), target_accept=target_accept
+    )
 
 
 def check_groups(names: Sequence[str]) -> None:
