@@ -38,6 +38,18 @@ Two more changes of coordinates follow the same rule (priors unchanged, Jacobian
   of transfer and saturation, a curved ridge in ``(eta, b)``; the saturated coordinates are
   what the data measure. Jacobian: ``-log(1 - exp(-eta_i c))`` per pair and parameter.
 
+The optional full-share prior (``Priors.full_share_scale = s > 0``; off by default) multiplies
+the prior by ``Normal(0, s)`` densities of ``b_ji (1 - exp(-eta_i))`` and ``kappa_ji (1 -
+exp(-eta_i))``, the transfer at ``r_i = 1``, the most a token of ``j`` is worth to ``i``. The
+saturated prior alone says nothing about it: as ``eta_i -> 0`` the law becomes linear in ``r_i``
+and a transfer of 0.5 at the share ``c`` is one of ``0.5 / c`` at full share. On the 16-language
+benchmark (Algorithm-1 runs, run effect on) that region held about as much posterior mass as
+the one around the truth (importance-sampling log evidence 675.6 vs 673.4; fit 59 nats worse,
+volume of the free transfers 84 nats larger; full-share transfer ~6) and chains split between
+the two (R-hat up to 5). It is a factor, not a change of coordinates, so it also lowers the
+prior of small ``eta_i`` (with 5 languages and ``s = 2`` the prior median of ``eta`` moves from
+5 to ~9); :func:`draw_prior` samples that exact prior (docs/model.md).
+
 Measured on the shipped default data and a 5-language simulation (4 chains x (1000 + 500)):
 leapfrog steps per draw 40-46 -> 16-17 and 110 -> 47-51, minimum bulk ESS 505-552 ->
 1177-1252 and 317-378 -> 601-697 (docs/model.md).
@@ -51,6 +63,7 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -277,6 +290,13 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         kappa_off = _saturated_site(
             "kappa_offdiag", "kappa_saturated", priors.decay_scale, log_saturation, on_saturated
         )
+    if priors.full_share_scale > 0:  # the transfer at r_i = 1 (module docstring)
+        full = -jnp.expm1(-eta)[target]
+        bounded = kappa_off if priors.hierarchical_transfer else jnp.stack([b_off, kappa_off])
+        numpyro.factor(
+            "prior_full_share",
+            dist.Normal(0.0, priors.full_share_scale).log_prob(bounded * full).sum(),
+        )
 
     b = numpyro.deterministic("b", _scatter_pairs(b_off, m, n_targets))
     kappa = _scatter_pairs(kappa_off, m, n_targets)
@@ -395,6 +415,60 @@ def sampler_coordinates(
     return out
 
 
+ETA_GRID = 4001
+"""Grid points of :func:`_draw_eta` on ``log eta`` (prior mean +- 8 prior sd)."""
+
+
+def _draw_eta(
+    key: jax.Array, data: ModelData, priors: Priors
+) -> tuple[np.ndarray, Callable[[float], np.ndarray]]:
+    """``eta`` from its exact prior and the conditional sd of each pair's prior-carrying transfer.
+
+    The full-share factor (``Priors.full_share_scale = s``) multiplies the ``Normal(0, s0)``
+    prior of a pair's transfer ``x`` (the saturated value, or ``b`` itself with the natural
+    prior) by ``Normal(0, s)`` at ``a x`` (``a`` = full-share over saturated value, or the
+    full-share saturation). Given ``eta_i``, ``x`` is then ``Normal(0, (1/s0^2 + a^2/s^2)^-1/2)``
+    and ``eta_i``'s prior is its LogNormal times ``(s^2 + a^2 s0^2)^-1/2`` per bounded pair:
+    drawn by inverse CDF on a grid of :data:`ETA_GRID` points in ``log eta``. Without the
+    factor this is the LogNormal and ``s0``.
+
+    Returns
+    -------
+    eta : array (n_targets,)
+    cond_sd : callable
+        ``s0 -> (n_pairs,)`` conditional sd for a transfer prior of sd ``s0``.
+    """
+    m, s = data.n_targets, priors.full_share_scale
+    _, target = pair_indices(data.point_r.shape[-1], m)
+    k_grid, k_cell = jax.random.split(key)
+    mu, sd = np.log(priors.eta_median), priors.eta_log_sd
+    if s <= 0:
+        eta = np.exp(mu + sd * np.asarray(jax.random.normal(k_grid, (m,))))
+        return eta, lambda s0: np.full(target.size, s0)
+
+    def ratio(eta: np.ndarray) -> np.ndarray:  # a = full-share transfer / prior-carrying value
+        full = -np.expm1(-eta)
+        if priors.transfer_prior == "natural":
+            return full
+        return full / -np.expm1(-eta * data.reference_share)
+
+    bounded = [priors.decay_scale]  # prior sds of the bounded transfers of one pair
+    if not priors.hierarchical_transfer:
+        bounded.append(priors.transfer_scale)
+    u = np.linspace(mu - 8 * sd, mu + 8 * sd, ETA_GRID)
+    a = ratio(np.exp(u))
+    per_pair = -0.5 * sum(np.log(s**2 + a**2 * s0**2) for s0 in bounded)  # (grid,)
+    n_in = np.bincount(target, minlength=m)  # pairs into each target language
+    log_w = -0.5 * ((u - mu) / sd) ** 2 + n_in[:, None] * per_pair[None, :]
+    cdf = np.cumsum(np.exp(log_w - log_w.max(axis=1, keepdims=True)), axis=1)
+    cdf /= cdf[:, -1:]
+    p, jitter = np.asarray(jax.random.uniform(k_cell, (2, m)))
+    cell = np.array([np.searchsorted(cdf[i], p[i]) for i in range(m)])
+    eta = np.exp(u[cell] + (jitter - 0.5) * (u[1] - u[0]))
+    a_pair = ratio(eta)[target]
+    return eta, lambda s0: 1.0 / np.sqrt(1.0 / s0**2 + a_pair**2 / s**2)
+
+
 def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
     """One exact draw from the prior: every sample and deterministic site, ``log_loss`` included.
 
@@ -407,13 +481,15 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
     m, n_pairs = data.n_targets, data.n_pairs
     keys = jax.random.split(key, 8)
     normal = lambda k, shape: np.asarray(jax.random.normal(k, shape))  # noqa: E731
+    _, target = pair_indices(data.point_r.shape[-1], m)
+    eta, cond_sd = _draw_eta(keys[3], data, priors)
     values: dict[str, Any] = {
         "log_A": data.reducible_loc + priors.reducible_scale * normal(keys[0], (m,)),
         "log_E": data.irreducible_loc + priors.irreducible_scale * normal(keys[1], (m,)),
         "beta": priors.beta_median * np.exp(priors.beta_log_sd * normal(keys[2], (m,))),
-        "eta": priors.eta_median * np.exp(priors.eta_log_sd * normal(keys[3], (m,))),
+        "eta": eta,
         "sigma": priors.noise_scale * np.abs(normal(keys[4], (m,))),
-        "kappa_offdiag": priors.decay_scale * normal(keys[5], (n_pairs,)),
+        "kappa_offdiag": cond_sd(priors.decay_scale) * normal(keys[5], (n_pairs,)),
     }
     if priors.run_effect:
         k_run = jax.random.fold_in(key, 7)
@@ -425,9 +501,8 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
             "b_z": normal(keys[7], (n_pairs,)),
         }
     else:
-        values["b_offdiag"] = priors.transfer_scale * normal(keys[7], (n_pairs,))
+        values["b_offdiag"] = cond_sd(priors.transfer_scale) * normal(keys[7], (n_pairs,))
     if priors.transfer_prior == "saturated":  # the draws above are the saturated values
-        _, target = pair_indices(data.point_r.shape[-1], m)
         saturation = -np.expm1(-values["eta"] * data.reference_share)[target]
         values["kappa_offdiag"] = values["kappa_offdiag"] / saturation
         if not priors.hierarchical_transfer:

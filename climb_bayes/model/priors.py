@@ -95,6 +95,14 @@ PRIOR_NOTES: dict[str, str] = {
         "pulled eta down and inflated b (90% intervals covered 30 of 60 true parameters of the "
         "synthetic world)."
     ),
+    "full_share_scale": (
+        "0 (default) or the sd s of a second Normal(0, s) prior factor on the transfer at full "
+        "share, b_ji (1 - exp(-eta_i)) and kappa_ji (1 - exp(-eta_i)): the most a token of j is "
+        "worth to i (at r_i = 1). The saturated prior alone lets eta_i -> 0 with every transfer "
+        "free; on a 16-language Algorithm-1 design half the posterior mass sat there and the "
+        "chains split (docs/model.md). s = 2 removes that region but also lowers the prior of "
+        "small eta (median 5 -> ~9 at 5 languages). Not applied to b under hierarchical transfer."
+    ),
     "hierarchical_transfer": (
         "if true, b_ji ~ Normal(mu_b, tau_b) with mu_b ~ Normal(0, transfer_scale) and "
         "tau_b ~ HalfNormal(transfer_scale), non-centred; partial pooling across pairs."
@@ -126,6 +134,7 @@ class Priors:
     likelihood: str = "student_t"
     student_df: float = 4.0
     transfer_prior: str = "saturated"
+    full_share_scale: float = 0.0
     hierarchical_transfer: bool = False
     source: str = field(default="defaults", compare=False)
 
@@ -139,6 +148,12 @@ class Priors:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise PriorsError(f"{where}: '{name}' must be a positive number, got {value!r}.")
+        value = self.full_share_scale
+        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise PriorsError(
+                f"{where}: 'full_share_scale' must be a number >= 0 (0 switches the full-share "
+                f"transfer prior off), got {value!r}."
+            )
         if self.transfer_prior not in TRANSFER_PRIORS:
             raise PriorsError(
                 f"{where}: 'transfer_prior' must be one of {', '.join(TRANSFER_PRIORS)}, "
