@@ -436,15 +436,15 @@ def _draw_eta(
     -------
     eta : array (n_targets,)
     cond_sd : callable
-        ``s0 -> (n_pairs,)`` conditional sd for a transfer prior of sd ``s0``.
+        ``s0 ->`` conditional sd (``(n_pairs,)``, or ``s0`` itself without the factor) for a
+        transfer prior of sd ``s0``.
     """
     m, s = data.n_targets, priors.full_share_scale
     _, target = pair_indices(data.point_r.shape[-1], m)
-    k_grid, k_cell = jax.random.split(key)
+    if s <= 0:  # the LogNormal, from ``key`` itself (the draws of earlier versions)
+        z = np.asarray(jax.random.normal(key, (m,)))
+        return priors.eta_median * np.exp(priors.eta_log_sd * z), lambda s0: s0
     mu, sd = np.log(priors.eta_median), priors.eta_log_sd
-    if s <= 0:
-        eta = np.exp(mu + sd * np.asarray(jax.random.normal(k_grid, (m,))))
-        return eta, lambda s0: np.full(target.size, s0)
 
     def ratio(eta: np.ndarray) -> np.ndarray:  # a = full-share transfer / prior-carrying value
         full = -np.expm1(-eta)
@@ -462,8 +462,8 @@ def _draw_eta(
     log_w = -0.5 * ((u - mu) / sd) ** 2 + n_in[:, None] * per_pair[None, :]
     cdf = np.cumsum(np.exp(log_w - log_w.max(axis=1, keepdims=True)), axis=1)
     cdf /= cdf[:, -1:]
-    p, jitter = np.asarray(jax.random.uniform(k_cell, (2, m)))
-    cell = np.array([np.searchsorted(cdf[i], p[i]) for i in range(m)])
+    p, jitter = np.asarray(jax.random.uniform(key, (2, m)))
+    cell = np.sum(cdf < p[:, None], axis=1)  # searchsorted per language
     eta = np.exp(u[cell] + (jitter - 0.5) * (u[1] - u[0]))
     a_pair = ratio(eta)[target]
     return eta, lambda s0: 1.0 / np.sqrt(1.0 / s0**2 + a_pair**2 / s**2)
