@@ -72,6 +72,7 @@ def fit(
     blocks: str = "auto",
     seed: int = 0,
     lfo: str = "laplace",
+    nuts_all_laws: bool = False,
     families: str | Path | None = "auto",
     progress: bool = False,
     data_label: str = "",
@@ -101,6 +102,10 @@ def fit(
     lfo : {"laplace", "nuts", "map", "none"}
         Leave-future-out refits inside the data (>= 3 budgets) that calibrate each law's
         extrapolation discrepancy and the stacking weights.
+    nuts_all_laws : bool
+        Sample every law by NUTS; by default (``method="nuts"``, inner folds present) a law other
+        than CLIMB whose stacking weight is below 0.01 gets a Laplace fit instead
+        (:attr:`~climb_bayes.inference.ensemble.EnsembleOptions.nuts_min_weight`).
     families : {"auto", "none"} or path
         MSL's language families (:mod:`climb_bayes.laws.families`).
     progress : bool
@@ -125,6 +130,7 @@ def fit(
     ('en', 'de', 'ru', 'zh', 'ja')
     """
     setup_jax()
+    from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
     from climb_bayes.inference.ensemble import EnsembleOptions
     from climb_bayes.inference.nuts import NutsConfig
     from climb_bayes.inference.pipeline import fit_runs_ensemble
@@ -149,7 +155,9 @@ def fit(
         method=method,
         config=config,
         laws=list(laws),
-        ensemble=EnsembleOptions(method=method, lfo=lfo),
+        ensemble=EnsembleOptions(
+            method=method, lfo=lfo, nuts_min_weight=0.0 if nuts_all_laws else MIN_STACK_WEIGHT
+        ),
         seed=seed,
         families=choice.mapping,
         data_label=data_label,

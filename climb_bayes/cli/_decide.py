@@ -293,7 +293,13 @@ def predictive_line(ens: object) -> str:
     """One line naming the predictive: the stacked laws and weights, or the single law."""
     note = ens.lfo.get("note") if isinstance(ens.lfo, dict) else None
     if len(ens.weights) == 1:
-        line = f"predictive: {next(iter(ens.weights))} alone"
+        name = next(iter(ens.weights))
+        line = f"predictive: {name} alone"
+        if ens.fits[name].method == "laplace":
+            line += (
+                " (its Laplace approximation: `fit` samples no law of stacking weight < 0.01; "
+                "`fit --nuts-all-laws` does)"
+            )
     else:
         order = sorted(ens.weights, key=lambda k: -ens.weights[k])
         line = (

@@ -115,6 +115,14 @@ def _echo(msg: str) -> None:
     "each law's extrapolation discrepancy and the stacking weights: Laplace approximations "
     "(seconds), short NUTS runs (minutes), point fits, or none (discrepancy from its prior).",
 )
+@click.option(
+    "--nuts-all-laws",
+    is_flag=True,
+    help="Sample every law by NUTS. By default a law whose leave-future-out stacking weight is "
+    "below 0.01 (so it hardly shapes the default predictive) gets a Laplace fit instead, which "
+    "saves about a quarter of the default fit's time; its own posterior (--law NAME) is then "
+    "the Laplace approximation.",
+)
 @families_option
 @click.option(
     "--strict", is_flag=True, help="Exit with code 3 if R-hat > 1.01, ESS < 400 or any divergence."
@@ -144,6 +152,7 @@ def fit(
     dataset,
     laws_spec,
     lfo,
+    nuts_all_laws,
     families_file,
     strict,
     progress,
@@ -193,6 +202,7 @@ def fit(
         blocks=blocks,
         seed=seed,
         lfo=lfo,
+        nuts_all_laws=nuts_all_laws,
         families=families_file,
         progress=progress,
         data_label=label,

@@ -3,14 +3,16 @@
 No single law wins everywhere (CLIMB was best on RegMix and most of 5Mix, MSL on a 7-domain
 benchmark; docs/benchmarks.md). :func:`fit_ensemble` therefore
 
-1. fits every law to all the data (NUTS by default);
-2. runs leave-future-out folds *inside* the data (:mod:`climb_bayes.inference.lfo`; fits on budgets
+1. runs leave-future-out folds *inside* the data (:mod:`climb_bayes.inference.lfo`; fits on budgets
    ``<= D_k``, predicts the larger ones) when there are at least three budget levels;
-3. learns each law's extrapolation discrepancy from those residuals, starting from a prior
+2. learns each law's extrapolation discrepancy from those residuals, starting from a prior
    calibrated on published benchmarks (:mod:`climb_bayes.model.discrepancy`);
-4. stacks the laws' predictive distributions with weights that maximise the leave-future-out
+3. stacks the laws' predictive distributions with weights that maximise the leave-future-out
    log score (Yao et al. 2018) -- or the PSIS-LOO log score when the data have a single budget
-   and cannot say how a law extrapolates.
+   and cannot say how a law extrapolates;
+4. fits every law to all the data (NUTS by default; with folds, after the weights, so a law the
+   folds give no weight can get a cheaper fit, :attr:`EnsembleOptions.nuts_min_weight`; with a
+   single budget, before them, as the LOO weights need the full fits).
 
 Everything downstream (predict, optimize, suggest, report, evaluate) reads the resulting
 :class:`LawEnsemble`.
@@ -97,6 +99,13 @@ class EnsembleOptions:
         Learn and use the extrapolation discrepancy.
     n_draws : int
         Discrepancy draws (paired with the parameter draws).
+    nuts_min_weight : float
+        With ``method="nuts"`` and inner folds, a law whose stacking weight (known before the
+        full fits: it comes from the folds alone) is below this gets a Laplace full fit instead
+        of NUTS. Such a law hardly shapes the default predictive, so its sampling time buys
+        nothing there (``climb-bayes fit`` uses 0.01, the convergence gate's threshold, and saves
+        ~22 s of its ~90 s on the default data); its own posterior, read with ``--law NAME``, is
+        then the Laplace approximation and says so (``LawFit.method``). 0 samples every law.
     """
 
     method: str = "nuts"
@@ -105,6 +114,7 @@ class EnsembleOptions:
     lfo_options: FitOptions | None = None
     discrepancy: bool = True
     n_draws: int = 1000
+    nuts_min_weight: float = 0.0
 
 
 @dataclass
@@ -289,11 +299,6 @@ def fit_ensemble(
         raise ClimbError(f"--lfo must be one of {', '.join(LFO_METHODS)}, got {ens.lfo!r}.")
     laws = [law.prepare(obs) for law in laws]
     fits: dict[str, LawFit] = dict(prefit or {})
-    for law in laws:
-        if law.name not in fits:
-            t0 = time.perf_counter()
-            fits[law.name] = law.fit(obs, ens.method, options, log=log)
-            log(f"{law.name}: {ens.method} fit in {time.perf_counter() - t0:.1f} s")
     # the points every law can predict: stacking compares laws on the same observations
     common = obs
     for law in laws:
@@ -301,6 +306,8 @@ def fit_ensemble(
     folds: list[LfoFold] = (
         [] if ens.lfo == "none" else lfo_folds(common, max_folds=ens.lfo_folds, keep="latest")
     )
+    if not folds:  # the PSIS-LOO weights below need every full fit
+        _fit_full(laws, fits, obs, ens.method, options, log)
     fold_opts = ens.lfo_options or replace(
         options, warmup=min(options.warmup, 400), samples=min(options.samples, 400)
     )
@@ -324,13 +331,14 @@ def fit_ensemble(
             log(f"  {law.name}: fold fit in {time.perf_counter() - t0:.1f} s")
     lo, hi = budget_range(common)
     lfo_summary: dict[str, Any] = {}
+    discs: dict[str, Discrepancy | None] = {}
     for law in laws:
-        fit = fits[law.name]
         prior = discrepancy_prior(law.name)
+        discs[law.name] = None
         if ens.discrepancy:
             all_resid = LfoResiduals.concat(resid[law.name])
             disc = calibrate(all_resid, prior, lo, hi, n_draws=ens.n_draws, seed=options.seed)
-            fits[law.name] = replace(fit, discrepancy=disc)
+            discs[law.name] = disc
             tau = np.median(disc.tau, axis=0)
             log(
                 f"{law.name}: discrepancy from {disc.source} ({all_resid.z.size} LFO residuals); "
@@ -344,7 +352,7 @@ def fit_ensemble(
         lpd = {}
         for law in laws:
             lpd[law.name], scores = _score_folds(
-                fold_parts[law.name], fits[law.name].discrepancy, options.seed
+                fold_parts[law.name], discs[law.name], options.seed
             )
             lfo_summary[law.name] |= scores
         weights, method = stacking_weights(lpd), "lfo-stacking"
@@ -354,7 +362,41 @@ def fit_ensemble(
         f"stacking weights ({method}): "
         + ", ".join(f"{k} {w:.2f}" for k, w in sorted(weights.items(), key=lambda kv: -kv[1]))
     )
+    if folds:  # the weights came from the folds alone: the full fits can follow them
+        _fit_full(laws, fits, obs, ens.method, options, log, weights, ens.nuts_min_weight)
+    for law in laws:
+        if discs[law.name] is not None:
+            fits[law.name] = replace(fits[law.name], discrepancy=discs[law.name])
     return LawEnsemble(fits, weights, method, lfo_summary)
+
+
+def _fit_full(
+    laws: Sequence[Law],
+    fits: dict[str, LawFit],
+    obs: Observations,
+    method: str,
+    options: FitOptions,
+    log: Callable[[str], None],
+    weights: dict[str, float] | None = None,
+    nuts_min_weight: float = 0.0,
+) -> None:
+    """Fit every law not in ``fits`` to all of ``obs`` (in place). With ``method == "nuts"``, a
+    law whose stacking weight is below ``nuts_min_weight`` gets a Laplace fit instead
+    (:attr:`EnsembleOptions.nuts_min_weight`)."""
+    for law in laws:
+        if law.name in fits:
+            continue
+        how = method
+        w = None if weights is None else weights.get(law.name, 0.0)
+        if method == "nuts" and w is not None and w < nuts_min_weight:
+            how = "laplace"
+            log(
+                f"{law.name}: stacking weight {w:.3f} < {nuts_min_weight:g}: Laplace fit instead "
+                "of NUTS (it does not shape the default predictive; --nuts-all-laws samples it)"
+            )
+        t0 = time.perf_counter()
+        fits[law.name] = law.fit(obs, how, options, log=log)
+        log(f"{law.name}: {how} fit in {time.perf_counter() - t0:.1f} s")
 
 
 def _score_folds(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
+from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
 from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
 from climb_bayes.inference.ensemble_store import store_ensemble
 from climb_bayes.inference.fitresult import Fit
@@ -57,7 +58,9 @@ def fit_runs_ensemble(
     laws : sequence of str
         Laws to stack; must include ``"climb"``.
     ensemble : EnsembleOptions, optional
-        Inner leave-future-out and discrepancy settings.
+        Inner leave-future-out and discrepancy settings (default: ``method``'s, with laws of
+        stacking weight below :data:`~climb_bayes.inference.convergence.MIN_STACK_WEIGHT`
+        fitted by Laplace instead of NUTS).
     seed : int
         Seed of everything random.
     n_starts : int
@@ -90,7 +93,7 @@ def fit_runs_ensemble(
         data_label=data_label,
         log=log,
     )
-    ens_opts = ensemble or EnsembleOptions(method=method)
+    ens_opts = ensemble or EnsembleOptions(method=method, nuts_min_weight=MIN_STACK_WEIGHT)
     if ens_opts.method != method:
         raise ClimbError("the ensemble's method must be the fit's method.")
     if len(names) == 1 and not ens_opts.discrepancy:

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 import pytest
 
 import climb_bayes  # noqa: F401
@@ -35,6 +36,9 @@ class ConstantLaw(Law):
 
     def init(self, obs: Observations) -> dict[str, Any]:
         return {"c": np.full(obs.m, np.log(np.median(obs.loss)))}
+
+    def priors(self, obs: Observations, priors: Any) -> dict[str, Any]:
+        return {"c": dist.Normal(jnp.asarray(self.init(obs)["c"]), 1.0)}
 
 
 def test_stacking_weights_sum_to_one_and_follow_the_log_score():
@@ -69,6 +73,23 @@ def test_generating_law_wins_and_a_constant_law_gets_nothing(isolated_world):
     assert sum(ens.weights.values()) == pytest.approx(1.0)
     assert ens.weights["isolated"] > 0.8
     assert ens.weights["constant"] < 0.01
+
+
+def test_a_law_without_stacking_weight_gets_the_cheaper_full_fit(isolated_world):
+    # the weights come from the inner folds alone, so the full fits can follow them: NUTS for
+    # a law that shapes the predictive, a Laplace fit for one the folds give no weight
+    laws = [get_law("isolated"), ConstantLaw()]
+    opts = FitOptions(n_starts=1, max_iter=300, chains=1, warmup=150, samples=150)
+    ens = fit_ensemble(
+        isolated_world,
+        laws,
+        opts,
+        EnsembleOptions(method="nuts", lfo="map", lfo_folds=2, nuts_min_weight=0.01),
+    )
+    assert ens.weights["constant"] < 0.01
+    assert ens.fits["isolated"].method == "nuts"
+    assert ens.fits["constant"].method == "laplace"
+    assert ens.fits["constant"].discrepancy is not None  # attached whatever the fit method
 
 
 def test_discrepancy_calibration_recovers_a_known_scale():
