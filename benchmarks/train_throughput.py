@@ -10,7 +10,15 @@ token ids, after some warm-up steps, and prints one table row per preset::
 
 A step is ``--grad-accum`` micro-batches (forward and backward each) and one optimizer step, as
 in a run; the step loss reaches the host once per step. Peak memory (CUDA allocator peak, or
-the process's peak RSS on CPU) is printed with each row.
+the process's peak RSS on CPU) is printed with each row, and so is the time of the warm-up
+steps (``torch.compile``'s compilation happens in the first).
+
+A configuration that runs out of GPU memory gives a row marked ``OOM`` instead of a traceback.
+``--micro-batch auto`` starts at the preset's micro-batch and halves it until a step fits, with
+``--grad-accum`` scaled up to keep the optimizer batch (sequences per optimizer step) the same.
+``--markdown`` prints the table as Markdown (docs/performance.md takes its GPU table from it);
+``--json`` prints one JSON object per row; ``--render FILE`` prints the table of such JSON
+lines, so configurations run in separate processes end in one table.
 
 MFU = (6 N + 12 L H S) * tokens/s / peak dense bf16 FLOP/s of the device (N: parameters in
 matmuls, lm_head included; see :mod:`training.flops`). On a CPU the peak is unknown and MFU is
@@ -29,6 +37,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def bench(preset_name: str, args: argparse.Namespace) -> dict:
+    """One table row; with ``--micro-batch auto``, the largest halving of the preset's that fits."""
+    import torch
+
+    from training.presets import get_preset
+
+    preset = get_preset(preset_name)
+    if args.micro_batch != "auto":
+        mb = int(args.micro_batch) if args.micro_batch else preset.micro_batch_size
+        return _bench_one(preset_name, args, mb, args.grad_accum)
+    mb, accum = preset.micro_batch_size, args.grad_accum
+    while True:
+        row = _bench_one(preset_name, args, mb, accum)
+        if row["status"] != "OOM" or mb == 1:
+            return row
+        mb, accum = mb // 2, accum * 2
+        _free_cuda(torch)
+
+
+def _free_cuda(torch) -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: int) -> dict:
     import contextlib
 
     import torch
@@ -51,7 +87,6 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     seq = args.seq_len or preset.seq_len
-    mb = args.micro_batch or preset.micro_batch_size
     vocab = args.vocab_size or preset.vocab_size
     bf16 = args.dtype == "bf16" or (args.dtype == "auto" and device.type == "cuda")
     torch.manual_seed(0)
@@ -71,31 +106,29 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
 
     def step() -> None:
         total = torch.zeros((), device=device)
-        for _ in range(args.grad_accum):
+        for _ in range(grad_accum):
             with amp():
                 nll, count = loss_sum(fwd, ids, ids)
-            (nll / (count * args.grad_accum)).backward()
+            (nll / (count * grad_accum)).backward()
             total += nll.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         float(total)  # one host sync per optimizer step, as in a run
 
-    for _ in range(args.warmup_steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    tps = args.steps * args.grad_accum * mb * seq / dt
+    def timed(steps: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
     fpt = flops_per_token(n["non_embedding"], preset.num_layers, preset.hidden_size, seq)
     name, peak = device_peak(str(device))
-    util = mfu(tps, fpt, peak)
-    return {
+    row = {
         "preset": preset_name,
         "params_M": n["total"] / 1e6,
         "matmul_params_M": n["non_embedding"] / 1e6,
@@ -105,17 +138,31 @@ def bench(preset_name: str, args: argparse.Namespace) -> dict:
         "compile": args.compile,
         "seq_len": seq,
         "micro_batch": mb,
-        "grad_accum": args.grad_accum,
+        "grad_accum": grad_accum,
         "loss_chunk_tokens": args.loss_chunk_tokens,
         "activation_checkpointing": args.activation_checkpointing,
-        "peak_memory_gb": peak_memory_gb(device),
-        "tokens_per_s": tps,
-        "model_tflops": tps * fpt / 1e12,
-        "mfu": util,
         "peak_tflops": peak / 1e12 if peak else None,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
+    try:
+        warm = timed(args.warmup_steps)
+        dt = timed(args.steps)
+    except torch.OutOfMemoryError:
+        row.update(status="OOM", peak_memory_gb=peak_memory_gb(device), tokens_per_s=None,
+                   model_tflops=None, mfu=None, warmup_s=None)  # fmt: skip
+        del model, opt, fwd, ids
+        return row
+    tps = args.steps * grad_accum * mb * seq / dt
+    row.update(
+        status="ok",
+        peak_memory_gb=peak_memory_gb(device),
+        tokens_per_s=tps,
+        model_tflops=tps * fpt / 1e12,
+        mfu=mfu(tps, fpt, peak),
+        warmup_s=warm,
+    )
+    return row
 
 
 def main() -> int:
@@ -124,7 +171,11 @@ def main() -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"])
     ap.add_argument("--seq-len", type=int, default=None)
-    ap.add_argument("--micro-batch", type=int, default=None, help="sequences per step")
+    ap.add_argument(
+        "--micro-batch",
+        default=None,
+        help="sequences per forward pass; 'auto': halve the preset's until it fits",
+    )
     ap.add_argument("--vocab-size", type=int, default=None)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup-steps", type=int, default=3)
@@ -138,7 +189,14 @@ def main() -> int:
     )
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--render", metavar="FILE", help="print the table of --json lines in FILE")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        print_table(rows, args.markdown)
+        return 0
     import torch
 
     if args.threads:
@@ -146,34 +204,48 @@ def main() -> int:
     rows = [bench(p, args) for p in (args.preset or ["tiny"])]
     if args.json:
         for r in rows:
-            print(json.dumps(r))
+            print(json.dumps(r), flush=True)
         return 0
+    print_table(rows, args.markdown)
+    return 0
+
+
+def _cells(r: dict) -> tuple[str, ...]:
+    oom = r.get("status") == "OOM"
+    tflops = r["model_tflops"]
+    return (
+        r["preset"],
+        f"{r['params_M']:.2f}M",
+        f"{r['device']}" + (" +compile" if r["compile"] else ""),
+        r["precision"],
+        str(r["seq_len"]),
+        f"{r['micro_batch']}x{r['grad_accum']}"
+        + (f" chunk {r['loss_chunk_tokens']}" if r["loss_chunk_tokens"] else "")
+        + (f" ckpt/{r['activation_checkpointing']}" if r["activation_checkpointing"] else ""),
+        "OOM" if oom else f"{r['tokens_per_s']:,.0f}",
+        "-" if oom else (f"{tflops:.1f}" if tflops >= 1 else f"{tflops:.4f}"),
+        "-" if oom else ("n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"),
+        f"{r['peak_memory_gb']:.2f} GB" + (" (at OOM)" if oom else ""),
+        "-" if r.get("warmup_s") is None else f"{r['warmup_s']:.0f} s",
+    )
+
+
+def print_table(rows: list[dict], markdown: bool = False) -> None:
+    """Print one line per row: a padded text table, or Markdown."""
     head = ("preset", "params", "device", "prec", "seq", "batch", "tokens/s", "TFLOP/s", "MFU",
-            "peak mem")  # fmt: skip
-    table = [head]
-    for r in rows:
-        table.append(
-            (
-                r["preset"],
-                f"{r['params_M']:.2f}M",
-                f"{r['device']}" + (" +compile" if r["compile"] else ""),
-                r["precision"],
-                str(r["seq_len"]),
-                f"{r['micro_batch']}x{r['grad_accum']}"
-                + (f" chunk {r['loss_chunk_tokens']}" if r["loss_chunk_tokens"] else "")
-                + (" ckpt" if r["activation_checkpointing"] else ""),
-                f"{r['tokens_per_s']:,.0f}",
-                f"{r['model_tflops']:.4f}",
-                "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
-                f"{r['peak_memory_gb']:.2f} GB",
-            )
-        )
+            "peak mem", "warm-up")  # fmt: skip
+    table = [head] + [_cells(r) for r in rows]
+    if markdown:
+        for k, row in enumerate(table):
+            print("| " + " | ".join(row) + " |")
+            if k == 0:
+                print("|" + "---|" * len(head))
+        return
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for k, row in enumerate(table):
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
         if k == 0:
             print("-+-".join("-" * w for w in widths))
-    return 0
 
 
 if __name__ == "__main__":

@@ -26,8 +26,12 @@ training 0.45 s instead of 3.7 s for ``dcp.save``, docs/performance.md). The fol
 ``RUN/.checkpoint-<step>.tmp/``; once the save has finished (rank 0's save completes only after
 DCP has gathered every rank's write results), rank 0 writes ``train_state.json`` into it and swaps
 it in: ``checkpoint/`` -> ``.checkpoint.old/``, the new folder -> ``checkpoint/``, then removes the
-old one. A crash at any point leaves the last complete checkpoint: an unfinished ``.tmp`` folder
-is ignored and removed at the next start, and a ``.checkpoint.old/`` left between the two renames is
+old one. Before the swap, a background thread fsyncs the written files, so the swapped-in folder
+is on disk and the swap itself (on the training thread) is only renames: measured on an H100
+machine (paper-1.2b shape, 16 GB of shards, 2026-11-25), swapping the unflushed folder in
+stalled a training step for 18 s (the directory fsync waited for the data's writeback).
+A crash at any point leaves the last complete checkpoint: an unfinished ``.tmp`` folder is
+ignored and removed at the next start, and a ``.checkpoint.old/`` left between the two renames is
 moved back. A checkpoint taken to stop (SIGTERM, preemption, the test hook) is waited for.
 
 Checkpoints of earlier versions (a single ``RUN/checkpoint.pt`` written with ``torch.save``) are
@@ -46,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from training.atomic import atomic_write_text, replace_dir
+from training.atomic import atomic_write_text, fsync_dir, replace_dir
 from training.errors import TrainingError
 
 __all__ = [
@@ -172,6 +176,16 @@ def _check_torch() -> None:
         )
 
 
+def _flush_when_written(written: Any, folder: Path) -> None:
+    """Wait for DCP's write, then fsync every file of ``folder`` and the folder (background)."""
+    written.result()  # re-raises a failed write
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    fsync_dir(folder)
+
+
 class Checkpointer:
     """Writes and reads one run's sharded checkpoint; every rank makes the same calls.
 
@@ -191,6 +205,7 @@ class Checkpointer:
         self.group = None
         _check_torch()
         self._pending: tuple[Any, Path, str] | None = None
+        self._flusher: Any = None  # one background thread: fsync a written checkpoint
         if world > 1:
             import torch.distributed as dist
 
@@ -277,7 +292,12 @@ class Checkpointer:
             process_group=self.group,
             no_dist=self.world == 1,
         )
-        future = getattr(resp, "upload_completion", resp)
+        written = getattr(resp, "upload_completion", resp)
+        if self._flusher is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._flusher = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-fsync")
+        future = self._flusher.submit(_flush_when_written, written, tmp)
         self._pending = (future, tmp, json.dumps({"format": FORMAT, **state}, indent=1) + "\n")
         if wait:
             self.wait()

@@ -496,6 +496,7 @@ def train_run(
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
+    uncompiled = model  # evaluation: no_grad would make the compiled model recompile
     if opts.compile:
         model = torch.compile(model)
 
@@ -638,7 +639,9 @@ def train_run(
                 opts.on_step(state["step"])
             ckpt.poll()  # swap in a finished background checkpoint
             if step in eval_set:
-                losses = _evaluate(raw_model if fsdp else model, data, langs, env, eval_bs, amp)
+                losses = _evaluate(
+                    raw_model if fsdp else uncompiled, data, langs, env, eval_bs, amp
+                )
                 metrics.evaluation(step + 1, int(cum[step]), losses)
                 for lang in langs:
                     state["rows"].append(

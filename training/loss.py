@@ -36,9 +36,9 @@ def loss_sum(model: Any, ids: Any, labels: Any) -> tuple[Any, Any]:
     """Summed next-token NLL (float32) over positions with a label, and their number (a tensor).
 
     ``model`` is a Hugging Face causal LM (full logits), or a :class:`CausalLMLoss` (possibly
-    wrapped by DDP), which computes the same sum its own way.
+    wrapped by DDP and/or ``torch.compile``), which computes the same sum its own way.
     """
-    if isinstance(getattr(model, "module", model), CausalLMLoss):
+    if isinstance(_unwrapped(model), CausalLMLoss):
         return model(ids, labels)
     logits = model(input_ids=ids).logits
     target = labels[:, 1:]
@@ -49,6 +49,14 @@ def loss_sum(model: Any, ids: Any, labels: Any) -> tuple[Any, Any]:
         reduction="sum",
     )
     return nll, (target != -100).sum()
+
+
+def _unwrapped(model: Any) -> Any:
+    """The module under ``torch.compile``'s and DDP's wrappers (in either order)."""
+    for _ in range(3):
+        model = getattr(model, "_orig_mod", model)
+        model = getattr(model, "module", model)
+    return model
 
 
 def _chunk_nll(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -108,22 +108,28 @@ def build_model(preset: Preset, vocab_size: int, eos_id: int, pad_id: int) -> An
 def enable_activation_checkpointing(model: Any, every_n_layers: int = 1) -> None:
     """Recompute every ``every_n_layers``-th decoder block in the backward (non-reentrant).
 
-    Uses Transformers' ``activation_checkpointing_enable`` (5.x; ``every_n_layers`` > 1 keeps
-    the other blocks' activations), else ``gradient_checkpointing_enable`` (every block).
+    Blocks ``0, n, 2n, ...`` are checkpointed, the others keep their activations. Turns
+    Transformers' checkpointing on for every block (``activation_checkpointing_enable`` where the
+    version has it, else ``gradient_checkpointing_enable``), then off again on the blocks in
+    between through each block's ``gradient_checkpointing`` flag, so the choice of blocks is the
+    same on every Transformers version (5.17 has no ``every_n_layers``; measured on the H100
+    machine, 2026-11-25).
     """
     if every_n_layers < 1:
         raise TrainingError(f"activation checkpointing every {every_n_layers} layers: use >= 1.")
     kwargs = {"use_reentrant": False}
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs=kwargs, every_n_layers=every_n_layers
-        )
-    elif every_n_layers == 1:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    layers = list(model.model.layers)
+    if not all(hasattr(block, "gradient_checkpointing") for block in layers):
         raise TrainingError(
-            "checkpointing every n-th layer needs transformers >= 5. Fix: upgrade, or use 1."
+            "this Transformers version does not checkpoint decoder blocks one by one. Fix: "
+            "upgrade transformers (>= 4.53), or use --activation-checkpointing 0."
         )
+    for k, block in enumerate(layers):
+        block.gradient_checkpointing = k % every_n_layers == 0
 
 
 def count_parameters(model: Any) -> dict[str, int]:
