@@ -27,9 +27,10 @@ training 0.45 s instead of 3.7 s for ``dcp.save``, docs/performance.md). The fol
 DCP has gathered every rank's write results), rank 0 writes ``train_state.json`` into it and swaps
 it in: ``checkpoint/`` -> ``.checkpoint.old/``, the new folder -> ``checkpoint/``, then removes the
 old one. Before the swap, a background thread fsyncs the written files, so the swapped-in folder
-is on disk and the swap itself (on the training thread) is only renames: measured on an H100
-machine (paper-1.2b shape, 16 GB of shards, 2026-11-25), swapping the unflushed folder in
-stalled a training step for 18 s (the directory fsync waited for the data's writeback).
+is on disk (before, the shard files were never fsynced) and the swap on the training thread is
+only renames. On an H100 machine (paper-1.2b shape, 16 GB of shards, 2026-11-25) one training
+step stalled 18 s when the write finished; with the fsync moved here it still stalled 17 s, so
+the swap was not the cause, which is not established (docs/performance.md).
 A crash at any point leaves the last complete checkpoint: an unfinished ``.tmp`` folder is
 ignored and removed at the next start, and a ``.checkpoint.old/`` left between the two renames is
 moved back. A checkpoint taken to stop (SIGTERM, preemption, the test hook) is waited for.

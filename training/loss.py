@@ -52,11 +52,14 @@ def loss_sum(model: Any, ids: Any, labels: Any) -> tuple[Any, Any]:
 
 
 def _unwrapped(model: Any) -> Any:
-    """The module under ``torch.compile``'s and DDP's wrappers (in either order)."""
-    for _ in range(3):
-        model = getattr(model, "_orig_mod", model)
-        model = getattr(model, "module", model)
-    return model
+    """The module under ``torch.compile``'s (``_orig_mod``) and DDP's (``module``) wrappers."""
+    while True:
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None:
+            inner = getattr(model, "module", None)  # not `or`: a module may define __len__
+        if inner is None:
+            return model
+        model = inner
 
 
 def _chunk_nll(h: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -815,7 +815,7 @@ def test_throughput_benchmark_auto_micro_batch_and_oom_rows(monkeypatch, tmp_pat
 
     def fake(preset, args, mb, accum):
         tried.append((mb, accum))
-        row = json.loads(json.dumps(_FAKE_ROW))
+        row = dict(_FAKE_ROW)
         row.update(micro_batch=mb, grad_accum=accum, status="OOM" if mb > 4 else "ok")
         return row
 
