@@ -53,14 +53,17 @@ NUTS_OPTIONS = FitOptions(n_starts=2, seed=0, chains=2, warmup=500, samples=1000
 """NUTS rows (``--nuts``): 2 chains x (500 warm-up + 500 draws); every law at every 5Mix size
 (the small laws take 7-18 s each there on the idle machine since they sample their data term in
 the coordinates of ``climb_bayes.model.power_coordinates``), Isolated and MSL on RegMix (see
-:data:`REGMIX_NUTS_NOTE`): the whole ``--nuts`` run takes 501 s on the idle machine."""
+:data:`REGMIX_NUTS_NOTE`): the whole ``--nuts`` run takes 501 s on the idle Intel Xeon machine,
+807 s on the 2-core AMD EPYC one."""
 REGMIX_NUTS_LAWS = ("isolated", "msl")
 REGMIX_NUTS_NOTE = (
-    "regmix-1M: NUTS rows for Isolated and MSL only (58-106 s each on the idle machine, "
-    "2026-11-25). CLIMB's 13 language blocks ran at the maximum tree depth (4,092 leapfrog "
-    "steps per kept draw, 414 divergences in one block), about 2.5 min per block; the DML "
-    "(one budget, so no budget term and none of the data-term coordinates; 13 x 12 free "
-    "transfer exponents) did not finish in 7 min. Beyond this benchmark's 30-min budget."
+    "regmix-1M: NUTS rows for Isolated and MSL only (118 s and 36 s on the 2-core AMD EPYC "
+    "machine, 2026-11-25; one loss per (mixture, domain), so every fit here runs without the "
+    "run effect, docs/model.md). CLIMB's 13 language blocks ran at the maximum tree depth "
+    "with and without the run effect (4,092 leapfrog steps per kept draw, about 2 min per "
+    "block; 414 divergences in one block with it); the DML (one budget, so no budget term and "
+    "none of the data-term coordinates; 13 x 12 free transfer exponents) did not finish in "
+    "7 min. Beyond this benchmark's 30-min budget."
 )
 
 

@@ -32,7 +32,7 @@ from climb_bayes.model.climb_model import (
     pair_labels,
     sampler_coordinates,
 )
-from climb_bayes.model.observation import draw_noise
+from climb_bayes.model.observation import draw_noise, identifiable_noise
 from climb_bayes.model.priors import Priors, priors_to_toml
 
 __all__ = ["fit_runs", "METHODS"]
@@ -241,6 +241,7 @@ def fit_runs(
     priors = priors or Priors()
     config = config or NutsConfig()
     log = log or (lambda _msg: None)
+    priors = identifiable_noise(priors, runs.obs_group, log)
     data = model_data(runs, priors)
     key = jax.random.PRNGKey(seed)
     k_point, k_nuts, k_pp = jax.random.split(key, 3)

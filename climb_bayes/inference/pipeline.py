@@ -24,6 +24,7 @@ from climb_bayes.inference.nuts import NutsConfig
 from climb_bayes.laws.base import FitOptions
 from climb_bayes.laws.climb import lawfit_from_fit
 from climb_bayes.laws.registry import DEFAULT_LAWS, get_law
+from climb_bayes.model.observation import identifiable_noise
 from climb_bayes.model.priors import Priors
 
 __all__ = ["fit_runs_ensemble"]
@@ -78,7 +79,8 @@ def fit_runs_ensemble(
         CLIMB's DataTree with the other laws, discrepancies and weights added.
     """
     log = log or (lambda _msg: None)
-    priors = priors or Priors()
+    # resolved once here, so the law and fold fits below do not each report it
+    priors = identifiable_noise(priors or Priors(), runs.obs_group, log)
     config = config or NutsConfig()
     names = [n.strip().lower() for n in laws]
     if "climb" not in names:

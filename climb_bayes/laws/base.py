@@ -55,7 +55,7 @@ from climb_bayes.inference.point_fit import (
 )
 from climb_bayes.model.climb_model import reference_budget
 from climb_bayes.model.discrepancy import Discrepancy
-from climb_bayes.model.observation import GroupedNoise
+from climb_bayes.model.observation import GroupedNoise, identifiable_noise
 from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
 from climb_bayes.model.priors import Priors
 
@@ -401,6 +401,7 @@ def fit_map(
     obs = law.usable(obs)
     if obs.n == 0:
         raise ClimbError(f"law {law.name!r}: no observations it can fit.")
+    options = _identifiable(options, obs, log)
     m = obs.m
     d_ref = reference_budget(obs.tokens) if d_ref is None else float(d_ref)
     point_r, point_tokens, obs_point = obs.points()
@@ -448,6 +449,13 @@ def fit_map(
         "n_params": law.n_params(m),
     }
     return fit
+
+
+def _identifiable(options: FitOptions, obs: Observations, log: Callable[[str], None]) -> FitOptions:
+    """``options`` with the run effect off where no (run, group) holds two observations
+    (:func:`climb_bayes.model.observation.identifiable_noise`)."""
+    priors = identifiable_noise(options.priors, obs.obs_group, log)
+    return options if priors is options.priors else replace(options, priors=priors)
 
 
 def _sampler_start(law: Law, point: LawFit, priors: Priors) -> dict[str, np.ndarray]:
@@ -552,6 +560,7 @@ def fit_nuts(
     options = options or FitOptions()
     log = log or (lambda _msg: None)
     obs = law.usable(obs)
+    options = _identifiable(options, obs, log)
     # The start only needs to be near the bulk: one short L-BFGS run, not the full multi-start
     # point fit (which took 16-29 s of the 40-60 s of a 5Mix fit; measured).
     init_opts = replace(options, n_starts=1, max_iter=min(options.max_iter, 300))
@@ -684,6 +693,7 @@ def fit_laplace(
     options = options or FitOptions()
     log = log or (lambda _msg: None)
     obs = law.usable(obs)
+    options = _identifiable(options, obs, log)
     init_opts = replace(options, n_starts=1, max_iter=min(options.max_iter, 300))
     point = fit_map(law, obs, init_opts, d_ref=d_ref)
     d_ref = point.d_ref

@@ -75,7 +75,9 @@ PRIOR_NOTES: dict[str, str] = {
         "run) share a run-level deviation from the law, marginalised in closed form: a "
         "multivariate Student-t (or Normal) per (run, language) with scale matrix "
         "noise^2 I + run_effect^2 11^T. Three tail points of one run then count about as one "
-        "run, not three independent measurements (docs/model.md)."
+        "run, not three independent measurements (docs/model.md). Switched off by the fit where "
+        "no (run, language) holds two points (a table of final losses): the data cannot tell "
+        "the two noise scales apart there."
     ),
     "run_effect_scale": (
         "HalfNormal scale of the run-level deviation sd per language (log-loss). Seed-to-seed "

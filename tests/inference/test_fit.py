@@ -112,3 +112,17 @@ def test_a_single_chain_runs(runs):
     one = fit_runs(runs, config=NutsConfig(chains=1, warmup=50, samples=50, progress_bar=False))
     assert one.tree["posterior"].sizes["chain"] == 1
     assert one.tree["posterior"].sizes["draw"] == 50
+
+
+def test_one_point_per_run_fits_without_the_unidentified_run_effect(sim_frame3):
+    """A table of final losses (one point per run and language, as RegMix publishes) cannot
+    separate run-level from point-level noise: the fit uses one noise scale and says so."""
+    final = sim_frame3[sim_frame3["tokens_seen"] == sim_frame3["budget_tokens"]]
+    lines: list[str] = []
+    fit = fit_runs(runs_from_frame(final), method="map", seed=0, n_starts=2, log=lines.append)
+    assert fit.priors.run_effect is False
+    assert "sigma_run" not in fit.tree["posterior"].data_vars
+    assert any("run effect off" in line for line in lines)
+    # the same runs with their tails keep it
+    tails = fit_runs(runs_from_frame(sim_frame3), method="map", seed=0, n_starts=2)
+    assert tails.priors.run_effect is True and "sigma_run" in tails.tree["posterior"].data_vars

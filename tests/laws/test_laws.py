@@ -161,6 +161,7 @@ def test_nuts_on_a_tiny_model():
     fit = fit_nuts(law, obs, opts, d_ref=D_REF)
     assert fit.method == "nuts" and fit.n_draws == 150
     assert fit.sigma.shape == (150, 3)
+    assert fit.sigma_run is None  # one point per (run, group): the run effect is not identified
     assert np.allclose(np.median(fit.draws["beta"], axis=0), truth["beta"], atol=0.1)
     samples = predictive_samples(fit, obs, 200)
     assert samples.shape == (200, obs.n)
@@ -329,3 +330,21 @@ def test_nuts_diagnostics_of_a_law_with_parameters_of_different_sizes():
     assert law_problems(fit.info) == [p.split(": ")[0] for p in diag.problems]
     for label in diag.worst_parameters:  # per-group axes named by group: "log_c[b]"
         assert set(label[label.index("[") + 1 : -1].split(",")) & set(GROUPS), label
+
+
+def test_generic_fits_keep_the_run_effect_only_where_groups_repeat():
+    truth = {
+        "log_B": np.log([0.8, 0.6, 1.0]),
+        "beta": np.array([0.3, 0.4, 0.35]),
+        "log_E": np.log([1.8, 2.2, 1.5]),
+    }
+    obs, law = simulate(IsolatedLaw(), truth, n_mix=6, sigma=0.01)
+    lines: list[str] = []
+    single = fit_map(law, obs, OPTS, d_ref=D_REF, log=lines.append)
+    assert single.sigma_run is None and any("run effect off" in x for x in lines)
+    # every observation twice (two checkpoints of one run): the run effect is identified
+    twice = Observations(
+        obs.groups, obs.run_ids, obs.run_r, obs.run_budget, np.tile(obs.run, 2),
+        np.tile(obs.tokens, 2), np.tile(obs.group, 2), np.tile(obs.loss, 2),
+    )  # fmt: skip
+    assert fit_map(law, twice, OPTS, d_ref=D_REF).sigma_run is not None

@@ -87,3 +87,32 @@ def test_three_correlated_points_carry_about_one_point_of_information():
     var_mean = np.ones(n) @ cov @ np.ones(n) / n**2
     effective_n = cov[0, 0] / var_mean
     assert 1.0 < effective_n < 1.1
+
+
+def test_run_effect_is_switched_off_only_where_no_group_repeats():
+    from climb_bayes.model.observation import identifiable_noise, run_effect_identified
+    from climb_bayes.model.priors import Priors
+
+    assert run_effect_identified(GROUP)  # groups 0, 2 and 5 hold several points
+    assert not run_effect_identified(np.arange(7))  # one point per group: only s^2 + t^2 enters
+    assert not run_effect_identified(np.array([], dtype=int))
+    lines: list[str] = []
+    priors = Priors()
+    assert identifiable_noise(priors, GROUP, lines.append) is priors and not lines
+    off = identifiable_noise(priors, np.arange(7), lines.append)
+    assert off.run_effect is False and off.replace(run_effect=True) == priors
+    assert len(lines) == 1 and "not separately identified" in lines[0]
+    assert identifiable_noise(priors, None).run_effect is False  # every point its own group
+    already = Priors(run_effect=False)
+    assert identifiable_noise(already, np.arange(7), lines.append) is already and len(lines) == 1
+
+
+def test_singleton_groups_leave_s_and_t_unidentified():
+    """The reason for :func:`identifiable_noise`: with one point per group the density depends
+    on ``s^2 + t^2`` alone (a ridge), with repeated points it does not."""
+    rng = np.random.default_rng(1)
+    y = rng.normal(size=7)
+    for group, identified in ((np.arange(7), False), (GROUP, True)):
+        a = GroupedNoise(jnp.zeros(7), 0.06, 0.08, group, 4.0).log_prob(y)
+        b = GroupedNoise(jnp.zeros(7), 0.08, 0.06, group, 4.0).log_prob(y)
+        assert bool(np.isclose(a, b, rtol=0, atol=1e-12)) is not identified
