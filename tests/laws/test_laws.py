@@ -64,6 +64,12 @@ def simulate(
 
 
 OPTS = FitOptions(n_starts=2, seed=0)
+ISOLATED_TRUTH = {
+    "log_B": np.log([0.8, 0.6, 1.0]),
+    "beta": np.array([0.3, 0.4, 0.35]),
+    "log_E": np.log([1.8, 2.2, 1.5]),
+}
+"""A 3-group Isolated world (reference units); MSL adds ``gamma``."""
 
 
 def _assert_close(fit, truth, names, atol):
@@ -73,11 +79,7 @@ def _assert_close(fit, truth, names, atol):
 
 
 def test_isolated_recovers_its_parameters():
-    truth = {
-        "log_B": np.log([0.8, 0.6, 1.0]),
-        "beta": np.array([0.3, 0.4, 0.35]),
-        "log_E": np.log([1.8, 2.2, 1.5]),
-    }
+    truth = ISOLATED_TRUTH
     obs, law = simulate(IsolatedLaw(), truth)
     fit = fit_map(law, obs, OPTS, d_ref=D_REF)
     _assert_close(fit, truth, ["log_B", "log_E"], 0.08)
@@ -86,12 +88,7 @@ def test_isolated_recovers_its_parameters():
 
 
 def test_msl_recovers_its_parameters_and_skips_zero_shares():
-    truth = {
-        "log_B": np.log([0.8, 0.6, 1.0]),
-        "beta": np.array([0.3, 0.4, 0.35]),
-        "log_E": np.log([1.8, 2.2, 1.5]),
-        "gamma": np.array([0.05, 0.1, 0.2]),
-    }
+    truth = ISOLATED_TRUTH | {"gamma": np.array([0.05, 0.1, 0.2])}
     obs, law = simulate(MSLLaw(), truth, zero_shares=True)
     assert obs.zero_share.sum() == 3 * 4
     fit = fit_map(law, obs, OPTS, d_ref=D_REF)
@@ -151,11 +148,7 @@ def test_climb_adapter_matches_core_fit_and_recovers_the_world(map_fit3, world3,
 
 
 def test_nuts_on_a_tiny_model():
-    truth = {
-        "log_B": np.log([0.8, 0.6, 1.0]),
-        "beta": np.array([0.3, 0.4, 0.35]),
-        "log_E": np.log([1.8, 2.2, 1.5]),
-    }
+    truth = ISOLATED_TRUTH
     obs, law = simulate(IsolatedLaw(), truth, n_mix=6, sigma=0.01)
     opts = FitOptions(n_starts=1, chains=1, warmup=100, samples=150)
     fit = fit_nuts(law, obs, opts, d_ref=D_REF)
@@ -180,12 +173,7 @@ def test_power_law_coordinates_change_variables_exactly(law):
     from climb_bayes.model.power_coordinates import power_coordinates
     from climb_bayes.model.priors import Priors
 
-    truth = {
-        "log_B": np.log([0.8, 0.6, 1.0]),
-        "beta": np.array([0.3, 0.4, 0.35]),
-        "log_E": np.log([1.8, 2.2, 1.5]),
-        "gamma": np.array([0.05, 0.1, 0.2]),
-    }
+    truth = ISOLATED_TRUTH | {"gamma": np.array([0.05, 0.1, 0.2])}
     truth = DML_TRUTH if law.name == "dml" else {k: v for k, v in truth.items()
                                                    if k in law.param_specs(3)}  # fmt: skip
     obs, law = simulate(law, truth, n_mix=6)
@@ -333,11 +321,7 @@ def test_nuts_diagnostics_of_a_law_with_parameters_of_different_sizes():
 
 
 def test_generic_fits_keep_the_run_effect_only_where_groups_repeat():
-    truth = {
-        "log_B": np.log([0.8, 0.6, 1.0]),
-        "beta": np.array([0.3, 0.4, 0.35]),
-        "log_E": np.log([1.8, 2.2, 1.5]),
-    }
+    truth = ISOLATED_TRUTH
     obs, law = simulate(IsolatedLaw(), truth, n_mix=6, sigma=0.01)
     lines: list[str] = []
     single = fit_map(law, obs, OPTS, d_ref=D_REF, log=lines.append)
