@@ -26,7 +26,7 @@ publishes) only ``s^2 + t^2`` enters the likelihood: the two scales are not iden
 posterior is a curved ridge that NUTS crosses slowly. :func:`identifiable_noise` then switches
 the run effect off (one scale, ``s``, is the whole per-point noise). Measured on RegMix
 (6,656 one-point groups, Isolated law, 2 x (500 + 500)): 153 s, min bulk/tail ESS 431/274 with
-the run effect; 88 s, 699/487 without (issue 13 notes).
+the run effect; 88 s, 699/487 without (docs/model.md).
 
 A *new* run's point has the marginal ``t_df(mu, sqrt(s^2 + t^2))`` (or Normal); a further point
 of a group already seen has the conditional law of :func:`conditional_moments`.
