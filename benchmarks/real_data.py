@@ -63,7 +63,8 @@ REGMIX_NUTS_NOTE = (
     "with and without the run effect (4,092 leapfrog steps per kept draw, about 2 min per "
     "block; 414 divergences in one block with it); the DML (one budget, so no budget term and "
     "none of the data-term coordinates; 13 x 12 free transfer exponents) did not finish in "
-    "7 min. Beyond this benchmark's 30-min budget."
+    "7 min. Beyond this benchmark's 30-min budget. CLIMB's cause, measured: one budget fixes "
+    "only b + k / D per pair (docs/model.md, 'One budget')."
 )
 
 
