@@ -321,8 +321,7 @@ def test_nuts_diagnostics_of_a_law_with_parameters_of_different_sizes():
 
 
 def test_generic_fits_keep_the_run_effect_only_where_groups_repeat():
-    truth = ISOLATED_TRUTH
-    obs, law = simulate(IsolatedLaw(), truth, n_mix=6, sigma=0.01)
+    obs, law = simulate(IsolatedLaw(), ISOLATED_TRUTH, n_mix=6, sigma=0.01)
     lines: list[str] = []
     single = fit_map(law, obs, OPTS, d_ref=D_REF, log=lines.append)
     assert single.sigma_run is None and any("run effect off" in x for x in lines)

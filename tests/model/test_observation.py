@@ -14,7 +14,10 @@ from climb_bayes.model.observation import (
     conditional_moments,
     draw_noise,
     group_stats,
+    identifiable_noise,
+    run_effect_identified,
 )
+from climb_bayes.model.priors import Priors
 
 GROUP = np.array([0, 0, 0, 2, 2, 5, 5])
 S, T = 0.05, 0.08
@@ -90,9 +93,6 @@ def test_three_correlated_points_carry_about_one_point_of_information():
 
 
 def test_run_effect_is_switched_off_only_where_no_group_repeats():
-    from climb_bayes.model.observation import identifiable_noise, run_effect_identified
-    from climb_bayes.model.priors import Priors
-
     assert run_effect_identified(GROUP)  # groups 0, 2 and 5 hold several points
     assert not run_effect_identified(np.arange(7))  # one point per group: only s^2 + t^2 enters
     assert not run_effect_identified(np.array([], dtype=int))
