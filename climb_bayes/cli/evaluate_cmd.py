@@ -108,6 +108,13 @@ def _echo(msg: str) -> None:
     help="NUTS draws kept (total over chains).",
 )
 @click.option(
+    "--target-accept",
+    type=float,
+    default=0.95,
+    show_default=True,
+    help="NUTS target acceptance (raise it when a fit reports divergences).",
+)
+@click.option(
     "--priors",
     "priors_file",
     default=None,
@@ -140,6 +147,7 @@ def evaluate(
     chains: int,
     warmup: int,
     samples: int,
+    target_accept: float,
     priors_file: Path | None,
     tail_start: float,
     tail_average: int | None,
@@ -203,7 +211,13 @@ def evaluate(
         _echo(f"excluded (--exclude {exclude_expr!r}): {len(excluded)} runs")
         runs = runs.subset_runs(~drop)
     options = FitOptions(
-        seed=seed, n_starts=n_starts, chains=chains, warmup=warmup, samples=samples, priors=priors
+        seed=seed,
+        n_starts=n_starts,
+        chains=chains,
+        warmup=warmup,
+        samples=samples,
+        target_accept=target_accept,
+        priors=priors,
     )
     if lfo:
         _evaluate_lfo(runs, laws, options, method, lfo_folds, inner_lfo, as_json, out)

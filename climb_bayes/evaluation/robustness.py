@@ -53,10 +53,11 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.inference.fitresult import Fit
 from climb_bayes.inference.nuts import NutsConfig
 from climb_bayes.model.climb_model import (
-    LATENT_SITES,
+    NATURAL_SITES,
     climb_model,
     model_data,
     model_trace,
+    sampler_coordinates,
     weighted_log_likelihood,
 )
 from climb_bayes.model.law import LawParams, log_loss
@@ -133,8 +134,16 @@ def _extrap_loss(law: LawParams, budget: float) -> np.ndarray:
 
 # -- log prior group and prior sensitivity ---------------------------------------------------------
 def _latent_draws(fit: Fit) -> dict[str, np.ndarray]:
-    names = json.loads(fit.attrs.get("latent_sites", json.dumps(list(LATENT_SITES))))
-    return {n: fit.draws(n) for n in names if n in fit.tree["posterior"]}
+    """Draws of the sites the current model samples, mapped from the law's parameters.
+
+    Not read back from the stored sites: a one-budget fit written before ``b_saturated``
+    meant the transfer at the data's budget stored plain ``b`` saturated there.
+    """
+    post = fit.tree["posterior"]
+    natural = [*NATURAL_SITES, "sigma_run", "mu_b", "tau_b", "b_z"]
+    values = {n: fit.draws(n) for n in natural if n in post}
+    data = model_data(fit.runs, fit.priors, d_ref=fit.d_ref)
+    return sampler_coordinates(values, data, fit.priors)
 
 
 def _prior_terms(fit: Fit) -> dict[str, np.ndarray]:

@@ -6,8 +6,11 @@ jittered by a quarter of the prior spread; ``init="prior-centre"`` stops here), 
 posterior mode by L-BFGS and starts from a Laplace draw there, inside the Gaussian's typical
 band (:func:`climb_bayes.inference.laplace.mode_starts`); the inverse Hessian at the best mode
 is NUTS's initial mass matrix. The modes reached are logged, so a multi-modal posterior is
-reported rather than left to the seed. ``init_to_median`` of the prior starts in regions of
-strong random transfer where warm-up can stall, and starting every chain at the point fit
+reported rather than left to the seed, and the chains take the searches' starts in
+proportion to their modes' Laplace evidence (:func:`climb_bayes.inference.laplace.evidence_picks`):
+with one mode every chain keeps its own; a mode 18 nats less probable (5Mix-160M) gets none.
+``init_to_median`` of the prior starts in regions of strong random transfer where warm-up can
+stall, and starting every chain at the point fit
 (``init="map"``) puts all chains in one (possibly wrong) mode and collapses hierarchical scales
 (``tau_b`` -> 0), which stalls the sampler in a funnel.
 
@@ -37,7 +40,7 @@ from numpyro.infer import (
 )
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.inference.laplace import mode_starts
+from climb_bayes.inference.laplace import evidence_picks, mode_starts
 from climb_bayes.inference.point_fit import PointFit
 from climb_bayes.model.climb_model import ModelData, climb_model, sampler_coordinates
 from climb_bayes.model.priors import Priors
@@ -219,12 +222,15 @@ def run_nuts(
                 key=init_key,
                 dense=config.dense_mass,
             )
-            init_params, inverse_mass = starts.init_params, starts.inverse_mass
+            pick = evidence_picks(starts, config.chains, jax.random.fold_in(init_key, 1))
+            init_params = {k: v[pick] for k, v in starts.init_params.items()}
+            inverse_mass = starts.inverse_mass
             log(
                 f"chain starts: L-BFGS from {config.chains} prior-centre starts reached "
                 f"{starts.modes} mode(s) (potential "
                 + ", ".join(f"{p:.1f}" for p in starts.potentials)
-                + "); each chain starts from a Laplace draw at its mode"
+                + "); each chain starts from a Laplace draw at a mode picked by its Laplace "
+                f"evidence (searches {', '.join(str(int(i) + 1) for i in pick)})"
             )
         if config.chains == 1:  # NumPyro takes one chain's values without the chain axis
             init_params = {k: v[0] for k, v in init_params.items()}

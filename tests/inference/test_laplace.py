@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 
 import climb_bayes  # noqa: F401
-from climb_bayes.inference.laplace import mode_starts
+from climb_bayes.inference.laplace import ModeStarts, evidence_picks, mode_starts
 
 
 def _two_bumps() -> None:
@@ -55,3 +55,26 @@ def test_one_mode_is_counted_once_and_starts_stay_in_the_typical_band():
         assert _potential(_skewed, z) - res.potentials[c] <= band + 1e-9
     # dispersed, not four copies of the mode
     assert np.ptp(res.init_params["u"]) > 0.01
+
+
+def _searches(labels: list[int], log_evidence: list[float]) -> ModeStarts:
+    n = len(labels)
+    return ModeStarts({}, np.zeros(n), np.eye(1), max(labels) + 1, np.array(log_evidence),
+                      np.array(labels))  # fmt: skip
+
+
+def test_chains_start_at_modes_in_proportion_to_their_evidence():
+    """One mode: every chain keeps its own search (whatever the searches' small evidence
+    differences). Two equal modes reached by 3 and 1 searches: two chains each (the mode's
+    evidence is shared among its searches, not multiplied by them). A mode 18 nats below the
+    other (e^-18 of the mass): no chain."""
+    for k in range(5):
+        key = jax.random.PRNGKey(k)
+        one = evidence_picks(_searches([0, 0, 0, 0], [1.0, 1.4, 1.0, 1.4]), 4, key)
+        np.testing.assert_array_equal(one, [0, 1, 2, 3])
+        split = evidence_picks(_searches([0, 0, 0, 1], [0.0, 0.0, 0.0, 0.0]), 4, key)
+        assert np.sum(split == 3) == 2 and set(split[split != 3]) <= {0, 1, 2}
+        lopsided = evidence_picks(_searches([0, 1, 0, 1], [0.0, -18.0, 0.0, -18.0]), 4, key)
+        assert set(lopsided) <= {0, 2}
+    failed = evidence_picks(_searches([-1, 0, -1, 0], [-np.inf, 0.0, -np.inf, 0.0]), 4, key)
+    assert set(failed) <= {1, 3}

@@ -331,3 +331,41 @@ def test_generic_fits_keep_the_run_effect_only_where_groups_repeat():
         np.tile(obs.tokens, 2), np.tile(obs.group, 2), np.tile(obs.loss, 2),
     )  # fmt: skip
     assert fit_map(law, twice, OPTS, d_ref=D_REF).sigma_run is not None
+
+
+def _two_modes(w: float) -> None:
+    """x with modes at -1 (mass ``w``) and +1 (mass ``1 - w``), each of sd 0.2."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from jax.scipy.special import logsumexp
+
+    x = numpyro.sample("x", dist.Normal(0.0, 10.0))
+    parts = jnp.stack(
+        [
+            jnp.log(w) + dist.Normal(-1.0, 0.2).log_prob(x),
+            jnp.log1p(-w) + dist.Normal(1.0, 0.2).log_prob(x),
+        ]
+    )
+    numpyro.factor("mixture", logsumexp(parts))
+
+
+@pytest.mark.parametrize("w", [0.99, 0.5])
+def test_law_chains_start_where_the_modes_hold_mass(w):
+    """A point fit on the side of the minor mode (x = 0.5): the searches from jittered copies
+    find both modes, and the chains start at each in proportion to its Laplace evidence (not to
+    the number of searches that reached it) -- all at -1 when it holds 99% of the mass, about
+    half when the modes are equal (3-4 of 6 over keys 0-9; without the evidence weighting
+    all 6 starts would stay where the point fit is, and counting searches gave 1 of 6)."""
+    import jax
+
+    from climb_bayes.laws.base import _mode_starts
+
+    init, found = _mode_starts(
+        lambda: _two_modes(w), (), {"x": np.asarray(0.5)}, 6, jax.random.PRNGKey(0)
+    )
+    assert found.modes == 2
+    x = np.asarray(init["x"])
+    assert np.all(np.abs(np.abs(x) - 1.0) < 0.8)  # every start near a mode
+    n_minus = int(np.sum(x < 0))
+    assert n_minus == 6 if w == 0.99 else 2 <= n_minus <= 4, x
