@@ -139,6 +139,10 @@ class FitOptions:
     target_accept: float = 0.95
     priors: Priors = field(default_factory=Priors)
 
+    def __post_init__(self) -> None:
+        if not 0.0 < self.target_accept < 1.0:
+            raise ClimbError(f"--target-accept must lie in (0, 1), got {self.target_accept}.")
+
 
 @dataclass(frozen=True)
 class Law:

@@ -283,3 +283,5 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
     runs.write_text("run_id,tokens,r_en,r_de,loss_en,loss_de\na,1e9,0.5,0.5,3.0,3.1\n")
     code, _o, err = _run(["evaluate", runs, "--lfo", "--lfo-folds", "0"], capsys)
     assert code == 2 and "--lfo-folds must be >= 1" in err
+    code, _o, err = _run(["evaluate", runs, "--lfo", "--target-accept", "1.5"], capsys)
+    assert code == 2 and "--target-accept must lie in (0, 1)" in err
