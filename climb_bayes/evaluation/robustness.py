@@ -136,8 +136,9 @@ def _extrap_loss(law: LawParams, budget: float) -> np.ndarray:
 def _latent_draws(fit: Fit) -> dict[str, np.ndarray]:
     """Draws of the sites the current model samples, mapped from the law's parameters.
 
-    Not read back from the stored sites: a one-budget fit written before ``b_saturated``
-    meant the transfer at the data's budget stored plain ``b`` saturated there.
+    Not read back from the stored sites: on one budget the model now samples the transfer at
+    that budget as ``b_saturated`` (docs/model.md, 'One budget'), while a fit written before
+    stored plain ``b`` saturated under that name.
     """
     post = fit.tree["posterior"]
     natural = [*NATURAL_SITES, "sigma_run", "mu_b", "tau_b", "b_z"]

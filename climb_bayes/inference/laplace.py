@@ -265,6 +265,7 @@ def mode_starts(
     band = 0.5 * d + 3.0 * np.sqrt(0.5 * d)  # 3 sd above the mean excess of a Gaussian
     keys = jax.random.split(k_draw, chains)
     out, covs, precisions = x0.copy(), [], []
+    log_evidence = np.full(chains, -np.inf)  # -U - log det(H) / 2 at each search's mode
     for c in range(chains):
         if not res.all_fun[c] < 1e30:  # the search failed: keep the chain's own start
             covs.append(None)
@@ -273,6 +274,7 @@ def mode_starts(
         hess_c = np.asarray(hessian(jnp.asarray(res.all_x[c])))
         precisions.append(0.5 * (hess_c + hess_c.T))
         _, v, w_kept = _floored_eigh(precisions[-1])
+        log_evidence[c] = -res.all_fun[c] - 0.5 * np.sum(np.log(w_kept))
         cov = (v / w_kept[None, :]) @ v.T
         cov = 0.5 * (cov + cov.T)
         covs.append(cov)
@@ -282,13 +284,6 @@ def mode_starts(
         excess = np.where(np.isfinite(excess), excess, np.inf)
         inside = np.flatnonzero(excess <= band)
         out[c] = cand[inside[0]] if inside.size else res.all_x[c]
-    log_evidence = np.array(
-        [
-            -res.all_fun[c] - 0.5 * np.sum(np.log(_floored_eigh(h)[2])) if h is not None
-            else -np.inf
-            for c, h in enumerate(precisions)
-        ]
-    )  # fmt: skip
     labels = _mode_labels(res.all_x, np.asarray(res.all_fun), precisions)
     best = int(np.argmin(res.all_fun))
     inverse_mass = covs[best] if covs[best] is not None else np.eye(z0.size)
