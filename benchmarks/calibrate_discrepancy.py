@@ -18,8 +18,7 @@ out-of-sample for the prior) -- and every law:
    ``climb-bayes fit``).
 
 The table prints both per set and law, and the prior the code uses per law: median = geometric
-mean of ``tau_actual`` over the sets, log-sd = their spread (at least 0.5), and the floor
-``FLOOR_FRACTION`` x median below which leave-future-out evidence cannot push ``tau``.
+mean of ``tau_actual`` over the sets, log-sd = their spread (at least 0.5).
 Prints a markdown table; exits 0 with one line when the data folder is absent.
 """
 
@@ -52,6 +51,7 @@ from climb_bayes.model.discrepancy import (  # noqa: E402
     LfoResiduals,
     calibrate,
     discrepancy_distance,
+    parameter_loadings,
 )
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
@@ -76,7 +76,8 @@ def _actual_tau(fit, test) -> float:
     lo, hi = budget_range(fit.fit_obs)
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group)
+    loadings = parameter_loadings(parts.centre, test.group)
+    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group, loadings)
     d = calibrate(res, WIDE, lo, hi, n_draws=600)
     return float(np.median(d.tau))
 

@@ -18,6 +18,16 @@ Data Mixing Laws 5Mix (Ye et al. 2025)
     (``DOMAINS_2_SUBDOMAINS`` in their ``mix_5_domains.ipynb``). Each checkpoint is one
     observation at ``D = step * 4096 * 256`` tokens. Runs with ids above 900 (the authors'
     special mixtures) are skipped, as their loader does.
+Data Mixing Laws RedPajama (Ye et al. 2025)
+    20-42 mixtures of the 7 RedPajama sources per model size (70M-410M), checkpoints at steps
+    10k-30k, losses only on the Pile validation domains. Each source is scored on the Pile
+    domain(s) that track it (:data:`REDPAJAMA_GROUPS`). The order of the sources in the
+    proportion strings is not labelled in the data (``SOURCE.md``); it was read off the data:
+    across the 40 mixtures of 70M at step 30k, five columns' log shares correlate most
+    negatively with one source's Pile domain (Github -0.92, ArXiv -0.99, PG19 -0.91,
+    StackExchange -0.85, Wikipedia_en -0.60); the two web columns lower every web-like domain
+    and are named by the web domain each lowers most, OpenWebText2 for the first (-0.65; it
+    lowers FreeLaw and Wikipedia_en more, -0.82 and -0.77) and Pile-CC for the second (-0.65).
 
 Units
 -----
@@ -51,6 +61,8 @@ __all__ = [
     "REGMIX_TOKENS",
     "TOKENS_PER_STEP",
     "FIVE_MIX_GROUPS",
+    "REDPAJAMA_GROUPS",
+    "load_redpajama",
     "SMALL_MIX_GROUPS",
     "load_mixinglaws",
 ]
@@ -84,6 +96,21 @@ FIVE_MIX_GROUPS: dict[str, tuple[str, ...]] = {
     "internet": ("Pile-CC", "OpenWebText2", "StackExchange", "Wikipedia_en"),
 }
 """The 5Mix domain groups, in the order of the proportion strings."""
+
+
+REDPAJAMA_GROUPS: dict[str, tuple[str, ...]] = {
+    "web_owt2": ("OpenWebText2",),
+    "web_cc": ("Pile-CC",),
+    "github": ("Github",),
+    "arxiv": ("ArXiv",),
+    "books": ("PG19", "Books3", "BookCorpus2"),
+    "stackexchange": ("StackExchange",),
+    "wikipedia": ("Wikipedia_en",),
+}
+"""The 7 RedPajama sources in the order of the proportion strings, each with the Pile
+validation domains it is scored on (inferred from the data: module docstring). The two web
+sources (CommonCrawl and C4 by their shares in the authors' default mixture, run 999) are
+named by the validation domain each one lowers most."""
 
 
 def shared_data_dir() -> Path | None:
@@ -173,6 +200,17 @@ def load_5mix(
     checkpoints of one mixture share a ``run_series`` label (one training trajectory).
     """
     return load_mixinglaws(root, "5Mix", FIVE_MIX_GROUPS, sizes)
+
+
+def load_redpajama(
+    root: Path, sizes: Sequence[str] = ("70M", "160M", "305M", "410M")
+) -> dict[str, Observations]:
+    """Data Mixing Laws RedPajama checkpoints, one :class:`Observations` per model size.
+
+    Same layout as :func:`load_5mix` (each checkpoint a run, ``run_series`` the mixture);
+    groups :data:`REDPAJAMA_GROUPS`.
+    """
+    return load_mixinglaws(root, "RedPajama", REDPAJAMA_GROUPS, sizes)
 
 
 SMALL_MIX_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {

@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from climb_bayes.data.published import TOKENS_PER_STEP, load_5mix, load_regmix
+from climb_bayes.data.published import (
+    REDPAJAMA_GROUPS,
+    TOKENS_PER_STEP,
+    load_5mix,
+    load_redpajama,
+    load_regmix,
+)
 from climb_bayes.evaluation.holdout_scores import evaluate_laws
 from climb_bayes.laws import FitOptions, parse_laws
 
@@ -39,3 +45,21 @@ def test_5mix_token_extrapolation_scores():
         assert r.metrics["n"] > 0
         assert r.metrics["mre"] < 0.2
     assert rows[0].metrics["r2_pooled"] > 0.5
+
+
+def test_redpajama_sources_are_scored_on_the_domain_their_share_lowers():
+    """The order of the RedPajama sources is read off the data: of the 7 group losses, each
+    named source's log share lowers its own group's most (70M, final checkpoints)."""
+    obs = load_redpajama(DATA, ("70M",))["70M"]
+    assert obs.groups == tuple(REDPAJAMA_GROUPS) and obs.m == 7
+    assert np.allclose(obs.run_r.sum(axis=1), 1.0)
+    final = obs.run_budget == 30_000 * TOKENS_PER_STEP
+    assert final.sum() == 40
+    loss = obs.loss.reshape(-1, obs.m)[final]
+    share = np.log(obs.run_r[final] + 1e-3)
+    corr = np.array(
+        [[np.corrcoef(share[:, j], loss[:, i])[0, 1] for j in range(obs.m)] for i in range(obs.m)]
+    )
+    for name in ("github", "arxiv", "books", "stackexchange", "wikipedia"):
+        j = obs.groups.index(name)
+        assert np.argmin(corr[:, j]) == j and corr[j, j] < -0.55, name
