@@ -51,7 +51,6 @@ from climb_bayes.model.discrepancy import (  # noqa: E402
     LfoResiduals,
     calibrate,
     discrepancy_distance,
-    parameter_loadings,
 )
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
@@ -76,8 +75,7 @@ def _actual_tau(fit, test) -> float:
     lo, hi = budget_range(fit.fit_obs)
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
-    loadings = parameter_loadings(parts.centre, test.group)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group, loadings)
+    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group)
     d = calibrate(res, WIDE, lo, hi, n_draws=600)
     return float(np.median(d.tau))
 

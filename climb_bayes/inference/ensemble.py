@@ -58,7 +58,6 @@ from climb_bayes.model.discrepancy import (
     calibrate,
     discrepancy_distance,
     discrepancy_prior,
-    parameter_loadings,
 )
 
 __all__ = [
@@ -247,10 +246,7 @@ def _fold_residuals(
     lo, hi = budget_range(fold_fit.fit_obs)
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
-    block = fold_id * m + test.group
-    # the fold fit's parameter error is one error per block, correlated over its points
-    loadings = parameter_loadings(parts.centre, block)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, block, loadings)
+    res = LfoResiduals(z, parts.variance(False), x, test.group, fold_id * m + test.group)
     return res, parts
 
 

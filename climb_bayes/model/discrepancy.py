@@ -37,17 +37,6 @@ extrapolation needed. Fits stored before this form (no ``growth`` attribute) kee
 (:data:`DISCREPANCY_PRIORS`, per law) and is updated by the leave-future-out residuals of the
 user's own runs (:func:`calibrate`), where there are at least three budgets.
 
-A fold's residuals also carry the fold fit's own parameter error: its parameters are off once,
-for every residual of a language, so that error is correlated within the (fold, language)
-block. The likelihood keeps that correlation: the fold fit's draws give the covariance of its
-predictions in the block, whose leading :data:`PARAMETER_RANK` principal components enter as
-low-rank terms next to the discrepancy's shared one, and only the rest stays on the diagonal
-(:func:`parameter_loadings`). Counted as independent per-point noise instead (the first
-version), a loosely pinned fold fit's block-wide offsets were read as discrepancy; merged into
-one rank-one term with the shared discrepancy (tried), its error that varies across mixtures
-was read as mixture-specific discrepancy instead (default data: the fold fits' first component
-holds 51-93% of their parameter variance; Japanese tau rose 10x).
-
 Units
 -----
 ``tau`` in log-loss (relative error) per squared unit of natural-log ``D`` (per unit ``log D``
@@ -82,8 +71,6 @@ __all__ = [
     "discrepancy_prior",
     "Discrepancy",
     "LfoResiduals",
-    "PARAMETER_RANK",
-    "parameter_loadings",
     "calibrate",
     "prior_discrepancy",
 ]
@@ -152,10 +139,10 @@ _CALIBRATION = (
     "160M, fit on steps <= 40% of the last, geometric mean of the actual tau of the 4 sets"
 )
 DISCREPANCY_PRIORS: dict[str, DiscrepancyPrior] = {
-    "climb": DiscrepancyPrior(0.0025, 0.86, _CALIBRATION),
-    "msl": DiscrepancyPrior(0.0044, 0.75, _CALIBRATION),
-    "dml": DiscrepancyPrior(0.0064, 0.58, _CALIBRATION),
-    "isolated": DiscrepancyPrior(0.0099, 0.72, _CALIBRATION),
+    "climb": DiscrepancyPrior(0.0040, 0.94, _CALIBRATION),
+    "msl": DiscrepancyPrior(0.0127, 0.50, _CALIBRATION),
+    "dml": DiscrepancyPrior(0.0120, 0.65, _CALIBRATION),
+    "isolated": DiscrepancyPrior(0.0153, 0.64, _CALIBRATION),
 }
 """Per-law priors of ``tau_0`` (see :func:`discrepancy_prior`), from the printed table of the
 calibration script (docs/model.md). The calibration sets are kept out of every evaluation in
@@ -274,11 +261,6 @@ class LfoResiduals(NamedTuple):
         ``(n,)`` language of each residual.
     block : numpy.ndarray
         ``(n,)`` id of the (fold, language) the residual belongs to (shares ``a_i``).
-    loadings : numpy.ndarray, optional
-        ``(n, k)`` the fold fit's parameter error as ``k`` correlated components per block
-        (:func:`parameter_loadings`); their squares are part of ``v``, and the likelihood
-        takes them out of the diagonal and keeps their correlation within the block. ``None``:
-        the whole of ``v`` is independent per point.
     """
 
     z: np.ndarray
@@ -286,25 +268,13 @@ class LfoResiduals(NamedTuple):
     x: np.ndarray
     group: np.ndarray
     block: np.ndarray
-    loadings: np.ndarray | None = None
-
-    def parameter_loadings(self) -> np.ndarray:
-        """``(n, PARAMETER_RANK)`` :attr:`loadings`, zero-padded (zeros when absent)."""
-        n = np.asarray(self.z).size
-        out = np.zeros((n, PARAMETER_RANK))
-        if self.loadings is not None:
-            lo = np.asarray(self.loadings, float).reshape(n, -1)[:, :PARAMETER_RANK]
-            out[:, : lo.shape[1]] = lo
-        return out
 
     @staticmethod
     def concat(parts: list[LfoResiduals]) -> LfoResiduals:
         """Residuals of several folds, block ids kept apart."""
         if not parts:
             e = np.zeros(0)
-            return LfoResiduals(
-                e, e, e, e.astype(np.int64), e.astype(np.int64), np.zeros((0, PARAMETER_RANK))
-            )
+            return LfoResiduals(e, e, e, e.astype(np.int64), e.astype(np.int64))
         offset, blocks = 0, []
         for p in parts:
             blocks.append(np.asarray(p.block) + offset)
@@ -312,7 +282,6 @@ class LfoResiduals(NamedTuple):
         return LfoResiduals(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("z", "v", "x", "group")),
             np.concatenate(blocks),
-            np.concatenate([p.parameter_loadings() for p in parts]),
         )
 
 
@@ -337,68 +306,27 @@ def prior_discrepancy(
 def _block_log_density(
     z: jax.Array,
     v: jax.Array,
-    loadings: jax.Array,
     x: jax.Array,
     tau: jax.Array,
     rho: jax.Array,
     block: jax.Array,
     n_blocks: int,
 ) -> jax.Array:
-    """Sum over blocks of ``log N(z_B; 0, D_B + U_B U_B^T)`` (diagonal plus low rank).
+    """Sum over blocks of ``log N(z_B; 0, D_B + a_B a_B^T)`` (diagonal plus rank one).
 
-    ``U = [sqrt(rho) tau x, loadings]`` (the discrepancy's shared part and the fold fit's
-    correlated parameter error) and ``D = v - |loadings|^2 + (1 - rho) tau^2 x^2``; the matrix
-    determinant lemma and Woodbury's identity give the density with one ``r x r`` system per
-    block (``r = 1 + PARAMETER_RANK``), ``O(n r^2)`` in all.
+    ``D = v + (1 - rho) tau^2 x^2`` and ``a = sqrt(rho) tau x``; matrix determinant lemma and
+    Sherman-Morrison give the density in ``O(n)``.
     """
-    d = v - jnp.sum(loadings**2, axis=1) + (1.0 - rho) * (tau * x) ** 2
-    u = jnp.concatenate([(jnp.sqrt(rho) * tau * x)[:, None], loadings], axis=1)
-    w = u / d[:, None]
-    r = u.shape[1]
-    cap = jnp.eye(r) + jax.ops.segment_sum(
-        u[:, :, None] * w[:, None, :], block, num_segments=n_blocks
-    )
-    proj = jax.ops.segment_sum(w * z[:, None], block, num_segments=n_blocks)
-    chol = jnp.linalg.cholesky(cap)
-    half = jax.scipy.linalg.solve_triangular(chol, proj[..., None], lower=True)[..., 0]
-    quad = jnp.sum(z * z / d) - jnp.sum(half**2)
-    logdet = jnp.sum(jnp.log(d)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=1, axis2=2)))
-    return -0.5 * (quad + logdet) - 0.5 * z.size * jnp.log(2.0 * jnp.pi)
+    d = v + (1.0 - rho) * (tau * x) ** 2
+    a = jnp.sqrt(rho) * tau * x
 
+    def seg(values: jax.Array) -> jax.Array:
+        return jax.ops.segment_sum(values, block, num_segments=n_blocks)
 
-PARAMETER_RANK = 3
-"""Principal components of a fold fit's prediction covariance kept per block in the residual
-likelihood (:func:`parameter_loadings`); the rest of its variance counts as independent."""
-
-
-def parameter_loadings(
-    draws: np.ndarray, block: np.ndarray, rank: int = PARAMETER_RANK
-) -> np.ndarray:
-    """``(n, rank)`` leading principal components of the spread of predictions over draws.
-
-    Within each block the ``(S, n_B)`` centred draws ``C`` give the covariance ``C^T C / S`` of
-    the fit's predictions; its top ``rank`` components ``sqrt(lambda_k) v_k`` are the columns
-    returned (zero where a block has fewer), so ``loadings @ loadings.T`` is the covariance's
-    best rank-``rank`` approximation and its diagonal is at most the per-point variance.
-
-    Parameters
-    ----------
-    draws : array (S, n)
-        Predicted log-loss per posterior draw (the fold fit's ``centre``).
-    block : array of int (n,)
-        Block of each point.
-    rank : int
-        Components kept per block.
-    """
-    draws = np.asarray(draws, float)
-    c = draws - draws.mean(axis=0, keepdims=True)
-    out = np.zeros((c.shape[1], rank))
-    for b in np.unique(block):
-        sel = np.flatnonzero(np.asarray(block) == b)
-        _, sv, vt = np.linalg.svd(c[:, sel] / np.sqrt(c.shape[0]), full_matrices=False)
-        k = min(rank, sv.size)
-        out[sel, :k] = (sv[:k, None] * vt[:k]).T
-    return out
+    aa, az, zz = seg(a * a / d), seg(a * z / d), seg(z * z / d)
+    quad = zz - az**2 / (1.0 + aa)
+    logdet = seg(jnp.log(d)) + jnp.log1p(aa)
+    return -0.5 * jnp.sum(quad + logdet) - 0.5 * z.size * jnp.log(2.0 * jnp.pi)
 
 
 _CHAINS = 2
@@ -413,15 +341,13 @@ def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int) -> Any:
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS
 
-    def model(z, v, loadings, x, group, block, log_median, log_sd) -> None:
+    def model(z, v, x, group, block, log_median, log_sd) -> None:
         log_tau0 = numpyro.sample("log_tau0", dist.Normal(log_median, log_sd))
         spread = numpyro.sample("spread", dist.HalfNormal(0.5))
         psi = numpyro.sample("psi", dist.Normal(0.0, 1.0).expand([m]).to_event(1))
         rho = numpyro.sample("rho", dist.Beta(2.0, 2.0))
         tau = numpyro.deterministic("tau", jnp.exp(log_tau0 + spread * psi))
-        numpyro.factor(
-            "lfo", _block_log_density(z, v, loadings, x, tau[group], rho, block, n_blocks)
-        )
+        numpyro.factor("lfo", _block_log_density(z, v, x, tau[group], rho, block, n_blocks))
 
     return MCMC(
         NUTS(model, target_accept_prob=0.9),
@@ -472,10 +398,7 @@ def calibrate(
     keep = np.asarray(resid.x) > 0
     if not keep.any():
         return prior_discrepancy(prior, lo, hi, n_draws, seed)
-    z, v, loadings, x = (
-        jnp.asarray(np.asarray(a, float)[keep])
-        for a in (resid.z, resid.v, resid.parameter_loadings(), resid.x)
-    )
+    z, v, x = (jnp.asarray(np.asarray(a, float)[keep]) for a in (resid.z, resid.v, resid.x))
     group = jnp.asarray(np.asarray(resid.group)[keep])
     _, block = np.unique(np.asarray(resid.block)[keep], return_inverse=True)
     mcmc = _calibration_sampler(m, int(block.max()) + 1, -(-n_draws // _CHAINS))
@@ -483,7 +406,6 @@ def calibrate(
         jax.random.PRNGKey(seed),
         z,
         v,
-        loadings,
         x,
         group,
         jnp.asarray(block),

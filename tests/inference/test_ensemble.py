@@ -17,12 +17,7 @@ from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble, stacking_weights
 from climb_bayes.laws.base import FitOptions, Law, ParamSpec
 from climb_bayes.laws.registry import get_law
-from climb_bayes.model.discrepancy import (
-    DiscrepancyPrior,
-    LfoResiduals,
-    calibrate,
-    parameter_loadings,
-)
+from climb_bayes.model.discrepancy import DiscrepancyPrior, LfoResiduals, calibrate
 from climb_bayes.model.simulate import example_params, simulate_runs
 
 
@@ -113,28 +108,3 @@ def test_discrepancy_calibration_recovers_a_known_scale():
     d = calibrate(res, prior, np.ones(1), np.ones(1), n_draws=400)
     assert d.source == "lfo"
     assert np.median(d.tau) == pytest.approx(tau_true, rel=0.3)
-
-
-def test_a_fold_fits_own_parameter_error_is_not_read_as_discrepancy():
-    """Residuals whose only structure is each fold fit's parameter error (one offset per
-    (fold, language), drawn as the fit's own draws say) leave tau near its prior; read as
-    independent per-point noise, the same offsets look like a discrepancy 9x the prior."""
-    rng = np.random.default_rng(1)
-    n_blocks, per = 12, 20
-    x = np.tile(np.linspace(0.2, 0.6, per), n_blocks)
-    block = np.repeat(np.arange(n_blocks), per)
-    sd_par, v_noise = 0.02, 0.003**2
-    fit_draws = sd_par * rng.normal(size=(400, n_blocks))[:, block]  # fold fits' predictions
-    z = sd_par * rng.normal(size=n_blocks)[block] + np.sqrt(v_noise) * rng.normal(size=x.size)
-    v = np.var(fit_draws, axis=0) + v_noise
-    group = np.zeros(x.size, dtype=int)
-    prior = DiscrepancyPrior(0.004, 0.9, "test")
-    loadings = parameter_loadings(fit_draws, block)
-    shared = calibrate(
-        LfoResiduals(z, v, x, group, block, loadings), prior, np.ones(1), np.ones(1), n_draws=400
-    )
-    independent = calibrate(
-        LfoResiduals(z, v, x, group, block), prior, np.ones(1), np.ones(1), n_draws=400
-    )
-    assert np.median(shared.tau) < 1.5 * prior.median  # measured 0.41x
-    assert np.median(independent.tau) > 3 * prior.median  # measured 9.3x

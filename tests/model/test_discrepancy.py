@@ -105,28 +105,3 @@ def test_a_discrepancy_stored_before_the_growth_form_reads_as_linear():
     old = discrepancy_from_tree(node)
     assert old.growth == "linear"
     assert np.allclose(old.distance_at(1e11), np.log(10.0))
-
-
-def test_block_density_equals_the_dense_gaussian_with_correlated_parameter_error():
-    """Woodbury/determinant-lemma density == dense multivariate normal, block by block."""
-    from scipy.stats import multivariate_normal
-
-    from climb_bayes.model.discrepancy import _block_log_density, parameter_loadings
-
-    rng = np.random.default_rng(0)
-    n, block = 12, np.array([0] * 5 + [1] * 7)
-    draws = rng.normal(size=(50, n)) @ rng.normal(size=(n, n)) * 0.01
-    loadings = parameter_loadings(draws, block, 3)
-    assert np.all((loadings**2).sum(axis=1) <= np.var(draws, axis=0) + 1e-12)
-    z, x = rng.normal(size=n) * 0.02, rng.uniform(0.2, 1.0, n)
-    tau, rho = 0.03, 0.4
-    v = np.var(draws, axis=0) + 0.001**2
-    got = float(_block_log_density(z, v, loadings, x, tau, rho, block, 2))
-    want = 0.0
-    for b in (0, 1):
-        s = block == b
-        a = np.sqrt(rho) * tau * x[s]
-        diag = v[s] - (loadings[s] ** 2).sum(axis=1) + (1 - rho) * (tau * x[s]) ** 2
-        cov = np.diag(diag) + np.outer(a, a) + loadings[s] @ loadings[s].T
-        want += multivariate_normal(np.zeros(s.sum()), cov).logpdf(z[s])
-    assert got == pytest.approx(want, rel=1e-10)
