@@ -19,10 +19,11 @@ Data Mixing Laws 5Mix (Ye et al. 2025)
     observation at ``D = step * 4096 * 256`` tokens. Runs with ids above 900 (the authors'
     special mixtures) are skipped, as their loader does.
 Data Mixing Laws RedPajama (Ye et al. 2025)
-    20-42 mixtures of the 7 RedPajama sources per model size (70M-410M), checkpoints at steps
-    10k-30k, losses only on the Pile validation domains. Each source is scored on the Pile
-    domain(s) that track it (:data:`REDPAJAMA_GROUPS`). The order of the sources in the
-    proportion strings is not labelled in the data (``SOURCE.md``); it was read off the data:
+    20-40 mixtures of the 7 RedPajama sources per model size (70M-410M; ids above 900 skipped),
+    checkpoints at steps 10k-30k, losses only on the Pile validation domains. Each source is
+    scored on the Pile domain(s) that track it (:data:`REDPAJAMA_GROUPS`). The order of the
+    sources in the proportion strings is not labelled in the data (``SOURCE.md``); it was read
+    off the data:
     across the 40 mixtures of 70M at step 30k, five columns' log shares correlate most
     negatively with one source's Pile domain (Github -0.92, ArXiv -0.99, PG19 -0.91,
     StackExchange -0.85, Wikipedia_en -0.60); the two web columns lower every web-like domain
@@ -227,7 +228,8 @@ def load_mixinglaws(
     groups_map: dict[str, tuple[str, ...]],
     sizes: Sequence[str],
 ) -> dict[str, Observations]:
-    """Checkpoints of one Data Mixing Laws setting (``5Mix``, ``2Mix``, ``3Mix``) per model size.
+    """Checkpoints of one Data Mixing Laws setting (``5Mix``, ``RedPajama``, ``2Mix``, ``3Mix``) per
+    model size.
 
     Each group's loss is the ``valid_weight``-weighted mean of its Pile validation domains;
     checkpoints with a missing domain are dropped; runs with ids above 900 are skipped.
