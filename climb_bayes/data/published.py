@@ -23,9 +23,8 @@ Data Mixing Laws RedPajama (Ye et al. 2025)
     checkpoints at steps 10k-30k, losses only on the Pile validation domains. Each source is
     scored on the Pile domain(s) that track it (:data:`REDPAJAMA_GROUPS`). The order of the
     sources in the proportion strings is not labelled in the data (``SOURCE.md``); it was read
-    off the data:
-    across the 40 mixtures of 70M at step 30k, five columns' log shares correlate most
-    negatively with one source's Pile domain (Github -0.92, ArXiv -0.99, PG19 -0.91,
+    off the data: across the 40 mixtures of 70M at step 30k, five columns' log shares correlate
+    most negatively with one source's Pile domain (Github -0.92, ArXiv -0.99, PG19 -0.91,
     StackExchange -0.85, Wikipedia_en -0.60); the two web columns lower every web-like domain
     and are named by the web domain each lowers most, OpenWebText2 for the first (-0.65; it
     lowers FreeLaw and Wikipedia_en more, -0.82 and -0.77) and Pile-CC for the second (-0.65).
