@@ -8,9 +8,16 @@ by it.
 
 The mode is found with L-BFGS (:func:`climb_bayes.inference.point_fit.multistart_lbfgs`, JAX
 gradients) on NumPyro's potential energy in the unconstrained space
-(:func:`numpyro.infer.util.initialize_model`, the public API NUTS uses); the covariance is the
-inverse Hessian there, with eigenvalues floored so that it is positive definite. Draws are mapped
-back through the model's transforms with the deterministic sites (``ModelInfo.postprocess_fn``).
+(:func:`numpyro.infer.util.initialize_model`, the public API NUTS uses), finished by an
+exact-Hessian trust-region Newton polish (:func:`~climb_bayes.inference.point_fit.newton_polish`);
+the covariance is the inverse Hessian there, with eigenvalues floored so that it is positive
+definite. The polish matters: on the CLIMB posteriors of the Data Mixing Laws RedPajama folds
+(7 domains, 147 parameters, Hessian eigenvalues ~2 to 2e7) L-BFGS's 3,000 iterations stopped
+with gradient 35-165 and one or two negative eigenvalues; the floor turned those into sd ~2.5
+on a transfer and predictive sds up to 200% of the loss at the fold's test points. The polish
+reaches the mode (gradient < 1e-6, every eigenvalue positive) in 9-17 Hessian evaluations,
+under 1 s. Draws are mapped back through the model's transforms with the deterministic sites
+(``ModelInfo.postprocess_fn``).
 NumPyro's own ``AutoLaplaceApproximation`` with ``optim.Minimize`` (JAX's BFGS) stopped at a far
 worse point on the CLIMB model (potential -618 vs -1253 here, measured on the 2024 default table)
 and its ``sample_posterior`` took 64 s.
@@ -31,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from climb_bayes.inference.point_fit import multistart_lbfgs
+from climb_bayes.inference.point_fit import multistart_lbfgs, newton_polish
 
 __all__ = [
     "LaplaceResult",
@@ -114,7 +121,8 @@ def laplace_posterior(
     k_init, k_draw = jax.random.split(key)
     info, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
     res = multistart_lbfgs(potential, np.asarray(z0)[None], max_iter=max_iter)
-    mode = jnp.asarray(res.x)
+    polished = newton_polish(potential, res.x)
+    mode = jnp.asarray(polished.x)
     hess = np.asarray(jax.jit(jax.hessian(potential))(mode))
     w, v, w_kept = _floored_eigh(hess)
     root = v / np.sqrt(w_kept)[None, :]  # cov = root root^T
@@ -122,7 +130,8 @@ def laplace_posterior(
     z = np.asarray(mode)[None, :] + eps @ root.T
     post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
-    return LaplaceResult(samples, float(res.fun), bool(res.n_converged), float(w.min()))
+    converged = bool(res.n_converged) or bool(polished.success)
+    return LaplaceResult(samples, float(polished.fun), converged, float(w.min()))
 
 
 START_CANDIDATES = 16

@@ -34,6 +34,7 @@ __all__ = [
     "huber",
     "OptimResult",
     "multistart_lbfgs",
+    "newton_polish",
     "mad_sigma",
     "run_noise_split",
     "PointFit",
@@ -133,6 +134,66 @@ def multistart_lbfgs(
     return OptimResult(
         np.asarray(best.x), float(best.fun), len(funs), converged, np.array(funs), np.stack(xs)
     )
+
+
+def newton_polish(
+    objective: Callable[[jax.Array], jax.Array],
+    x0: np.ndarray,
+    *,
+    max_iter: int = 200,
+    gtol: float = 1e-6,
+) -> scipy.optimize.OptimizeResult:
+    """Finish a minimisation with an exact-Hessian trust-region Newton method from ``x0``.
+
+    L-BFGS builds its curvature from a few recent gradients and crawls along valleys whose
+    curvature spans many orders of magnitude; a trust region on the exact Hessian (scipy's
+    ``trust-exact``, Moré & Sorensen's subproblem solver, which also escapes saddle points)
+    converges quadratically once near a mode. Measured on a CLIMB posterior of the Data Mixing
+    Laws RedPajama 70M runs (7 domains, 147 unconstrained parameters, Hessian eigenvalues from
+    ~2 to 2e7): after L-BFGS's 3,000 iterations the gradient was still 165 and the Hessian had
+    two negative eigenvalues (a Laplace approximation there puts sd 2.5 on a transfer); 20,000
+    L-BFGS iterations reached the mode, this polish does it in tens of Hessian evaluations.
+
+    Parameters
+    ----------
+    objective : callable
+        ``x -> scalar``, twice differentiable with JAX (value, gradient and Hessian compiled
+        here).
+    x0 : numpy.ndarray
+        ``(n,)`` start, e.g. where L-BFGS stopped.
+    max_iter : int
+        Trust-region iterations.
+    gtol : float
+        Gradient-norm tolerance.
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        ``x``, ``fun``, ``success``; never worse than ``x0`` (``x0`` is returned when the
+        polish fails to improve on it).
+
+    References
+    ----------
+    .. [1] Moré & Sorensen (1983), "Computing a Trust Region Step", SIAM J. Sci. Stat. Comput.
+       4(3).
+    .. [2] Nocedal & Wright (2006), "Numerical Optimization", 2nd ed., ch. 4.
+    """
+    fg = _scipy_fg(objective)
+    hessian = jax.jit(jax.hessian(objective))
+
+    def hess(x: np.ndarray) -> np.ndarray:
+        h = np.asarray(jax.device_get(hessian(x)), dtype=float)
+        return 0.5 * (h + h.T) if np.all(np.isfinite(h)) else np.eye(x.size)
+
+    x0 = np.asarray(x0, dtype=float)
+    f0 = fg(x0)[0]
+    res = scipy.optimize.minimize(
+        fg, x0, jac=True, hess=hess, method="trust-exact",
+        options={"maxiter": max_iter, "gtol": gtol},
+    )  # fmt: skip
+    if not res.fun <= f0:
+        res.x, res.fun, res.success = x0, f0, False
+    return res
 
 
 def mad_sigma(resid: np.ndarray, group: np.ndarray, m: int) -> np.ndarray:
