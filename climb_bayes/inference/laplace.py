@@ -56,7 +56,20 @@ finite variance)."""
 
 
 class LaplaceResult(NamedTuple):
-    """Draws of every sample and deterministic site, and how the mode search went."""
+    """Draws of every sample and deterministic site, and how the mode search went.
+
+    Attributes
+    ----------
+    samples : dict of str to numpy.ndarray
+        Draws of every latent and deterministic site, constrained values.
+    potential : float
+        Potential energy (negative log joint, nats) at the mode.
+    converged : bool
+        The mode search ended at a mode: positive-definite Hessian and a Newton decrement below
+        :data:`climb_bayes.inference.point_fit.NEWTON_DECREMENT_TOL`.
+    min_eigenvalue : float
+        Smallest eigenvalue of the Hessian there, before the floor.
+    """
 
     samples: dict[str, np.ndarray]
     potential: float
@@ -121,17 +134,17 @@ def laplace_posterior(
     k_init, k_draw = jax.random.split(key)
     info, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
     res = multistart_lbfgs(potential, np.asarray(z0)[None], max_iter=max_iter)
-    polished = newton_polish(potential, res.x)
+    hessian = jax.jit(jax.hessian(potential))
+    polished = newton_polish(potential, res.x, hessian=hessian)
     mode = jnp.asarray(polished.x)
-    hess = np.asarray(jax.jit(jax.hessian(potential))(mode))
+    hess = np.asarray(hessian(mode))
     w, v, w_kept = _floored_eigh(hess)
     root = v / np.sqrt(w_kept)[None, :]  # cov = root root^T
     eps = np.asarray(jax.random.normal(k_draw, (n_draws, mode.size)))
     z = np.asarray(mode)[None, :] + eps @ root.T
     post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
-    converged = bool(res.n_converged) or bool(polished.success)
-    return LaplaceResult(samples, float(polished.fun), converged, float(w.min()))
+    return LaplaceResult(samples, float(polished.fun), bool(polished.success), float(w.min()))
 
 
 START_CANDIDATES = 16

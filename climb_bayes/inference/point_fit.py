@@ -34,6 +34,7 @@ __all__ = [
     "huber",
     "OptimResult",
     "multistart_lbfgs",
+    "NEWTON_DECREMENT_TOL",
     "newton_polish",
     "mad_sigma",
     "run_noise_split",
@@ -136,12 +137,18 @@ def multistart_lbfgs(
     )
 
 
+NEWTON_DECREMENT_TOL = 1e-6
+"""A mode search counts as converged when a Newton step would lower the objective by less than
+this (nats for a potential energy)."""
+
+
 def newton_polish(
     objective: Callable[[jax.Array], jax.Array],
     x0: np.ndarray,
     *,
     max_iter: int = 200,
     gtol: float = 1e-6,
+    hessian: Callable[[jax.Array], jax.Array] | None = None,
 ) -> scipy.optimize.OptimizeResult:
     """Finish a minimisation with an exact-Hessian trust-region Newton method from ``x0``.
 
@@ -165,12 +172,16 @@ def newton_polish(
         Trust-region iterations.
     gtol : float
         Gradient-norm tolerance.
+    hessian : callable, optional
+        Compiled ``x -> Hessian`` of ``objective`` when the caller has one already (compiling
+        it is most of the cost of a polish that starts at the mode).
 
     Returns
     -------
     scipy.optimize.OptimizeResult
         ``x``, ``fun``, ``success``; never worse than ``x0`` (``x0`` is returned when the
-        polish fails to improve on it).
+        polish fails to improve on it). ``success`` means "at a mode": the Hessian is positive
+        definite and the Newton decrement is below :data:`NEWTON_DECREMENT_TOL`.
 
     References
     ----------
@@ -179,7 +190,7 @@ def newton_polish(
     .. [2] Nocedal & Wright (2006), "Numerical Optimization", 2nd ed., ch. 4.
     """
     fg = _scipy_fg(objective)
-    hessian = jax.jit(jax.hessian(objective))
+    hessian = hessian or jax.jit(jax.hessian(objective))
 
     def hess(x: np.ndarray) -> np.ndarray:
         h = np.asarray(jax.device_get(hessian(x)), dtype=float)
@@ -192,7 +203,17 @@ def newton_polish(
         options={"maxiter": max_iter, "gtol": gtol},
     )  # fmt: skip
     if not res.fun <= f0:
-        res.x, res.fun, res.success = x0, f0, False
+        res.x, res.fun = x0, f0
+    # at the mode when the Newton decrement g' H^-1 g / 2 (the potential a Newton step would
+    # still gain, nats) is negligible and H is positive definite; trust-exact itself reports a
+    # failure when it starts at the mode and cannot improve
+    g = fg(res.x)[1]
+    try:
+        root = np.linalg.cholesky(hess(res.x))
+        step = np.linalg.solve(root, g)
+        res.success = bool(0.5 * step @ step <= NEWTON_DECREMENT_TOL)
+    except np.linalg.LinAlgError:
+        res.success = False
     return res
 
 

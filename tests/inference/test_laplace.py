@@ -126,3 +126,5 @@ def test_newton_polish_never_leaves_a_minimum_worse():
     assert res.fun == 0.0 and np.array_equal(res.x, np.ones(3))
     res = newton_polish(bowl, np.array([5.0, -2.0, 0.5]))
     assert res.success and np.allclose(res.x, 1.0, atol=1e-8)
+    # one trust-region step (radius 1) from 4 away is not at the mode, and says so
+    assert not newton_polish(bowl, np.array([5.0, -2.0, 0.5]), max_iter=1).success
