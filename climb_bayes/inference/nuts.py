@@ -52,6 +52,8 @@ __all__ = [
     "NutsConfig",
     "run_nuts",
     "nuts_mcmc",
+    "chain_init_values",
+    "site_normals",
     "resolve_chain_method",
     "prior_centre",
     "chain_inits",
@@ -141,14 +143,22 @@ def _jittered_inits(
     }
     log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "sigma_run": 0.5, "tau_b": 0.5}
     out = {}
-    for i, (name, value) in enumerate(sorted(base.items())):
-        value = np.asarray(value, float)
-        z = np.asarray(jax.random.normal(jax.random.fold_in(key, i), (chains,) + value.shape))
+    for name, z in site_normals(key, base, chains).items():
+        value = np.asarray(base[name], float)
         if name in log_spread:
             out[name] = value * np.exp(0.25 * log_spread[name] * z)
         else:
             out[name] = value + 0.25 * spread.get(name, 0.1) * z
     return out
+
+
+def site_normals(key: jax.Array, values: dict[str, Any], n: int) -> dict[str, np.ndarray]:
+    """``n`` standard-normal draws of the shape of every site of ``values``, ``(n, *shape)``;
+    site ``i`` in sorted-name order from ``fold_in(key, i)`` (the jitter of chain starts)."""
+    return {
+        name: np.array(jax.random.normal(jax.random.fold_in(key, i), (n,) + np.shape(value)))
+        for i, (name, value) in enumerate(sorted(values.items()))
+    }
 
 
 def chain_inits(
@@ -232,8 +242,7 @@ def run_nuts(
                 + "); each chain starts from a Laplace draw at a mode picked by its Laplace "
                 f"evidence (searches {', '.join(str(int(i) + 1) for i in pick)})"
             )
-        if config.chains == 1:  # NumPyro takes one chain's values without the chain axis
-            init_params = {k: v[0] for k, v in init_params.items()}
+        init_params = chain_init_values(init_params, config.chains)
 
     mcmc = nuts_mcmc(climb_model, config, init_strategy=strategy, inverse_mass=inverse_mass)
     mcmc.run(
@@ -252,6 +261,12 @@ def resolve_chain_method(chains: int, requested: str = "auto") -> str:
     if requested != "auto":
         return requested
     return "parallel" if jax.local_device_count() >= chains else "vectorized"
+
+
+def chain_init_values(values: dict[str, Any], chains: int) -> dict[str, Any]:
+    """Per-chain start values ``(chains, ...)`` in the form ``MCMC.run(init_params=...)`` takes:
+    NumPyro wants one chain's values without the chain axis."""
+    return {k: v[0] for k, v in values.items()} if chains == 1 else values
 
 
 def nuts_mcmc(

@@ -46,7 +46,7 @@ from climb_bayes.data.observations import Observations, budget_range
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.diagnostics import Diagnostics, compute_diagnostics
 from climb_bayes.inference.laplace import ModeStarts, evidence_picks, mode_starts
-from climb_bayes.inference.nuts import resolve_chain_method
+from climb_bayes.inference.nuts import NutsConfig, chain_init_values, nuts_mcmc, site_normals
 from climb_bayes.inference.point_fit import (
     HUBER_DELTA,
     huber,
@@ -140,8 +140,20 @@ class FitOptions:
     priors: Priors = field(default_factory=Priors)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.target_accept < 1.0:
-            raise ClimbError(f"--target-accept must lie in (0, 1), got {self.target_accept}.")
+        self.nuts_config(max(self.chains, 1)).check()
+
+    def nuts_config(self, chains: int) -> NutsConfig:
+        """These settings as the NUTS configuration of a generic law's fit (:func:`fit_nuts`):
+        NumPyro's default tree depth and diagonal mass matrix, no progress bar."""
+        return NutsConfig(
+            chains=chains,
+            warmup=self.warmup,
+            samples=max(self.samples, chains),
+            target_accept=self.target_accept,
+            max_tree_depth=LAW_MAX_TREE_DEPTH,
+            dense_mass=False,
+            progress_bar=False,
+        )
 
 
 @dataclass(frozen=True)
@@ -563,7 +575,7 @@ def fit_nuts(
     ----------
     .. [1] Hoffman & Gelman (2014), "The No-U-Turn Sampler".
     """
-    from numpyro.infer import MCMC, NUTS, init_to_value
+    from numpyro.infer import init_to_value
 
     options = options or FitOptions()
     log = log or (lambda _msg: None)
@@ -601,27 +613,12 @@ def fit_nuts(
         f"starts reached {starts.modes} mode(s) (lowest potential "
         f"{np.min(starts.potentials):.1f}); chains start at Laplace draws weighted by evidence"
     )
-    if chains == 1:  # NumPyro takes one chain's values without the chain axis
-        init_params = {k: v[0] for k, v in init_params.items()}
-    kernel = NUTS(
-        model,
-        init_strategy=init_to_value(values=start),
-        target_accept_prob=options.target_accept,
-        max_tree_depth=LAW_MAX_TREE_DEPTH,
-    )
-    mcmc = MCMC(
-        kernel,
-        num_warmup=options.warmup,
-        num_samples=-(-options.samples // chains),
-        num_chains=chains,
-        chain_method=resolve_chain_method(chains),
-        progress_bar=False,
-    )
+    mcmc = nuts_mcmc(model, options.nuts_config(chains), init_strategy=init_to_value(values=start))
     t0 = time.perf_counter()
     mcmc.run(
         key_run,
         *args,
-        init_params=init_params,
+        init_params=chain_init_values(init_params, chains),
         extra_fields=("diverging", "energy", "num_steps"),
     )
     grouped = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))  # dispatch is async
@@ -703,11 +700,9 @@ def _mode_starts(
     k_jitter, k_search, k_pick = jax.random.split(key, 3)
     base = unconstrain_fn(model, args, {}, start)
     jitter = {}
-    for i, (name, value) in enumerate(sorted(base.items())):
-        value = np.asarray(value, dtype=float)
-        z = np.array(jax.random.normal(jax.random.fold_in(k_jitter, i), (n,) + value.shape))
+    for name, z in site_normals(k_jitter, base, n).items():
         z[0] = 0.0  # the first search starts from the point fit itself
-        jitter[name] = value[None] + START_JITTER * z
+        jitter[name] = np.asarray(base[name], dtype=float)[None] + START_JITTER * z
     found = mode_starts(model, args, start, jitter, key=k_search, dense=False)
     pick = evidence_picks(found, chains, k_pick)
     return {k: v[pick] for k, v in found.init_params.items()}, found
