@@ -369,3 +369,15 @@ def test_law_chains_start_where_the_modes_hold_mass(w):
     assert np.all(np.abs(np.abs(x) - 1.0) < 0.8)  # every start near a mode
     n_minus = int(np.sum(x < 0))
     assert n_minus == 6 if w == 0.99 else 2 <= n_minus <= 4, x
+
+
+def test_fit_options_refuse_settings_nuts_cannot_use():
+    """Every law's NUTS settings are checked where they are made, with the flag's name."""
+    for bad, flag in [
+        ({"target_accept": 1.0}, "--target-accept"),
+        ({"warmup": 0}, "--warmup"),
+    ]:
+        with pytest.raises(ClimbError, match=flag):
+            FitOptions(**bad)
+    config = FitOptions(chains=4, samples=2).nuts_config(4)
+    assert config.draws_per_chain == 1 and not config.dense_mass
