@@ -336,7 +336,11 @@ _CHAINS = 2
 def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int) -> Any:
     """NumPyro ``MCMC`` for :func:`calibrate`, with the data as arguments: one ensemble
     calibrates every law on residuals of the same shape, and the cached sampler compiles once
-    (measured on the default data: 3.0 s per law when rebuilt, 1.8 s when reused)."""
+    (measured on the default data: 3.0 s per law when rebuilt, 1.8 s when reused). Its two
+    chains run in parallel where there is a host device per chain (as every NUTS fit here):
+    the four laws of the default fit in 4.1 s instead of 7.4 s sequentially, with the compile
+    cache of earlier fits (2-core machine; the first compilation of the parallel program takes
+    ~10 s longer)."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS
@@ -354,7 +358,7 @@ def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int) -> Any:
         num_warmup=500,
         num_samples=samples_per_chain,
         num_chains=_CHAINS,
-        chain_method="sequential",
+        chain_method="parallel" if jax.local_device_count() >= _CHAINS else "sequential",
         progress_bar=False,
         jit_model_args=True,
     )
