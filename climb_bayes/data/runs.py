@@ -103,6 +103,15 @@ def _obs_from_point_loss(point_loss: np.ndarray) -> tuple[np.ndarray, np.ndarray
     )
 
 
+def _shown_path(source: str) -> str:
+    """``source`` relative to the working directory when it lies under it (what the user typed,
+    or the shipped dataset seen from a clone's root), else as given."""
+    try:
+        return str(Path(source).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(source)
+
+
 @dataclass(frozen=True, eq=False)
 class RunsData:
     """A validated runs table, ready for fitting.
@@ -352,7 +361,7 @@ class RunsData:
         str
             Lines on the source, languages, runs and budgets, observations and exclusions.
         """
-        lines = [f"runs table: {self.source} ({self.form} form)"]
+        lines = [f"runs table: {_shown_path(self.source)} ({self.form} form)"]
         if self.sha256:
             lines[0] += f", sha256 {self.sha256[:12]}"
         lines.append(f"languages ({self.n_languages}): {', '.join(self.languages)}")
