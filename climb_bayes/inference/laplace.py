@@ -134,11 +134,9 @@ def laplace_posterior(
     k_init, k_draw = jax.random.split(key)
     info, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
     res = multistart_lbfgs(potential, np.asarray(z0)[None], max_iter=max_iter)
-    hessian = jax.jit(jax.hessian(potential))
-    polished = newton_polish(potential, res.x, hessian=hessian)
+    polished = newton_polish(potential, res.x)
     mode = jnp.asarray(polished.x)
-    hess = np.asarray(hessian(mode))
-    w, v, w_kept = _floored_eigh(hess)
+    w, v, w_kept = _floored_eigh(polished.hess)
     root = v / np.sqrt(w_kept)[None, :]  # cov = root root^T
     eps = np.asarray(jax.random.normal(k_draw, (n_draws, mode.size)))
     z = np.asarray(mode)[None, :] + eps @ root.T

@@ -148,7 +148,6 @@ def newton_polish(
     *,
     max_iter: int = 200,
     gtol: float = 1e-6,
-    hessian: Callable[[jax.Array], jax.Array] | None = None,
 ) -> scipy.optimize.OptimizeResult:
     """Finish a minimisation with an exact-Hessian trust-region Newton method from ``x0``.
 
@@ -172,16 +171,14 @@ def newton_polish(
         Trust-region iterations.
     gtol : float
         Gradient-norm tolerance.
-    hessian : callable, optional
-        Compiled ``x -> Hessian`` of ``objective`` when the caller has one already (compiling
-        it is most of the cost of a polish that starts at the mode).
 
     Returns
     -------
     scipy.optimize.OptimizeResult
-        ``x``, ``fun``, ``success``; never worse than ``x0`` (``x0`` is returned when the
-        polish fails to improve on it). ``success`` means "at a mode": the Hessian is positive
-        definite and the Newton decrement is below :data:`NEWTON_DECREMENT_TOL`.
+        ``x``, ``fun``, ``success``, ``hess``; never worse than ``x0`` (``x0`` is returned when
+        the polish fails to improve on it). ``success`` means "at a mode": the Hessian is finite
+        and positive definite and the Newton decrement is below :data:`NEWTON_DECREMENT_TOL`.
+        ``hess`` is the (symmetrised) Hessian at ``x``.
 
     References
     ----------
@@ -190,7 +187,7 @@ def newton_polish(
     .. [2] Nocedal & Wright (2006), "Numerical Optimization", 2nd ed., ch. 4.
     """
     fg = _scipy_fg(objective)
-    hessian = hessian or jax.jit(jax.hessian(objective))
+    hessian = jax.jit(jax.hessian(objective))
 
     def hess(x: np.ndarray) -> np.ndarray:
         h = np.asarray(jax.device_get(hessian(x)), dtype=float)
@@ -208,10 +205,12 @@ def newton_polish(
     # still gain, nats) is negligible and H is positive definite; trust-exact itself reports a
     # failure when it starts at the mode and cannot improve
     g = fg(res.x)[1]
+    h = np.asarray(jax.device_get(hessian(res.x)), dtype=float)
+    res.hess = 0.5 * (h + h.T)
     try:
-        root = np.linalg.cholesky(hess(res.x))
+        root = np.linalg.cholesky(res.hess)
         step = np.linalg.solve(root, g)
-        res.success = bool(0.5 * step @ step <= NEWTON_DECREMENT_TOL)
+        res.success = bool(np.all(np.isfinite(h)) and 0.5 * step @ step <= NEWTON_DECREMENT_TOL)
     except np.linalg.LinAlgError:
         res.success = False
     return res

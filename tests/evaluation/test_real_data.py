@@ -68,8 +68,8 @@ def test_redpajama_sources_are_scored_on_the_domain_their_share_lowers():
 def test_climb_laplace_fold_fit_on_redpajama_is_at_the_mode():
     """CLIMB's Laplace refit of a leave-future-out fold (RedPajama 70M, steps 10k-13k, 7
     domains, 147 parameters) used to stop where L-BFGS gave up: two negative Hessian
-    eigenvalues, transfers with sd 2.5, predictive sds up to 200% of the loss at 14k-16k steps,
-    so stacking gave CLIMB weight 0. At the mode its predictive sd is a fraction of a percent."""
+    eigenvalues, transfers with sd 2.5, predictive sds up to 200% of the loss at 14k-16k steps.
+    At the mode its predictive sd is a fraction of a percent."""
     from climb_bayes.inference.predictive import predictive_samples
 
     obs = load_redpajama(DATA, ("70M",))["70M"]
