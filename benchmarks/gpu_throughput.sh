@@ -14,12 +14,13 @@ bench() {
     --steps "${STEPS:-5}" --warmup-steps 2 ${EXTRA:-} "$@" >> "$rows" \
     || echo "   (exit $? : no row)" >&2
 }
-# H100 80GB, 2026-11-25 (docs/performance.md): the two without checkpointing fit (58 / 50 GB,
-# 40.5% MFU); the checkpointed ones did not finish within a 150 s cap; the plain one runs out.
-bench --micro-batch 2 --grad-accum 16 --loss-chunk-tokens 4096
-bench --micro-batch 1 --grad-accum 32
-bench --micro-batch 4 --grad-accum 8 --loss-chunk-tokens 4096 --activation-checkpointing 1
-bench --micro-batch 4 --grad-accum 8 --loss-chunk-tokens 4096 --activation-checkpointing 3
-bench --micro-batch 4   # the plain configuration (full fp32 logits, no checkpointing)
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader >&2 || true
+# Most informative first, so a capped call still returns the rows that matter. H100 80GB,
+# 2026-11-25 (docs/performance.md): 1x32 plain and 2x16 with the (then recomputing) chunked loss
+# gave 40.5% MFU; the plain 4x8 ran out of memory; checkpointed ones did not finish in 150 s.
+bench --micro-batch 4 --grad-accum 8 --loss-chunk-tokens 4096   # fused linear cross-entropy
+bench --micro-batch 1 --grad-accum 32                           # the 2026-11-25 baseline
+bench --micro-batch 4 --grad-accum 8                            # plain: full fp32 logits
+bench --micro-batch 2 --grad-accum 16 --loss-chunk-tokens 4096  # fits an 80 GB H100
 python3 benchmarks/train_throughput.py --render "$rows"
 python3 benchmarks/train_throughput.py --render "$rows" --markdown

@@ -5,6 +5,12 @@
 250k BBPE vocabulary; sequence length 4096; batch 3072 sequences). ``7b`` is LLaMA-2-7B's shape.
 ``tiny`` (~1.9M parameters with a 4096 vocabulary) and ``micro`` train on a CPU in seconds to
 minutes; ``small`` is for a quick single-GPU check.
+
+Memory of ``paper-1.2b`` (250k vocabulary, sequence 4096, bf16 autocast over fp32 weights, fused
+AdamW, ``torch.compile``; peak allocated, docs/performance.md): micro-batch 1 with the plain
+loss 50 GB; micro-batch 2 / 4 / 8 with ``--loss-chunk-tokens 4096`` 61 / 78 / 112 GB; micro-batch
+4 with the plain loss 85 GB with gradient accumulation (76 GB without; out of memory on an
+80 GB H100). An 80 GB H100 takes micro-batch 2 with the chunked loss, a 141 GB H200 micro-batch 8.
 """
 
 from __future__ import annotations

@@ -1163,6 +1163,47 @@ def test_chunked_loss_equals_the_plain_loss_and_gradients():
         CausalLMLoss(model, chunk_tokens=-1)
 
 
+def test_fused_chunked_loss_scales_gradients_follows_autocast_and_skips_them_without_grad():
+    """The chunked loss computes its gradients in the forward: the backward must scale them by
+    the incoming gradient (a run divides the sum by tokens x accumulation steps), bf16 autocast
+    must give what autocast gives the plain loss (bf16 matmuls, fp32 softmax), and evaluation
+    under no_grad must give the same sum without storing gradients."""
+    import torch
+
+    from training.loss import CausalLMLoss, chunked_nll, loss_sum
+
+    model = _tiny_lm()
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(5))
+    chunked = CausalLMLoss(model, chunk_tokens=5)
+    for amp in (False, True):
+        runs = []
+        for fwd in (model, chunked):
+            model.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                nll, n = loss_sum(fwd, ids, ids)
+            (nll / (3.0 * n)).backward()
+            runs.append((float(nll.detach()), _grads(model)))
+        (loss_p, g_p), (loss_c, g_c) = runs
+        tol = dict(rtol=2e-2, atol=2e-4) if amp else dict(rtol=1e-5, atol=1e-7)
+        assert loss_c == pytest.approx(loss_p, rel=tol["rtol"] / 10)
+        for k in g_p:  # a gradient not scaled by 1 / (3 n) would be 90x too large
+            torch.testing.assert_close(g_c[k], g_p[k], **tol)
+    with torch.no_grad():
+        nll_eval, _ = chunked(ids, ids)
+    assert float(nll_eval) == pytest.approx(runs[0][0], rel=2e-2)
+    h = torch.randn(9, 8, requires_grad=True)
+    w = torch.randn(11, 8, requires_grad=True)
+    t = torch.tensor([1, 2, -100, 3, 4, 5, 6, 7, 10])
+    out = chunked_nll(h, w, t, 4)
+    out.backward()
+    h2, w2 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(h2 @ w2.t(), t, ignore_index=-100, reduction="sum")
+    ref.backward()
+    assert float(out.detach()) == pytest.approx(float(ref.detach()), rel=1e-6)
+    torch.testing.assert_close(h.grad, h2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
 def test_activation_checkpointing_changes_no_gradient():
     import torch
 
@@ -1217,10 +1258,16 @@ def test_loss_sum_sees_through_torch_compile_of_the_chunked_loss():
     model = _tiny_lm()
     ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(4))
     plain, n_plain = loss_sum(model, ids, ids)
+    plain.backward()
+    g_plain = _grads(model)
+    model.zero_grad(set_to_none=True)
     compiled = torch.compile(CausalLMLoss(model, chunk_tokens=7), backend="eager")
     nll, n = loss_sum(compiled, ids, ids)
     assert int(n) == int(n_plain)
     assert float(nll.detach()) == pytest.approx(float(plain.detach()), rel=1e-5)
+    nll.backward()  # the fused loss's autograd.Function under Dynamo
+    for k, g in _grads(model).items():
+        torch.testing.assert_close(g, g_plain[k], rtol=1e-5, atol=1e-6)
 
 
 def _saved_model_losses(model_dir: Path, data, langs) -> dict[str, float]:
