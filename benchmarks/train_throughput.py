@@ -74,6 +74,7 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
     from training.metrics import peak_memory_gb
     from training.presets import (
         build_model,
+        compile_blocks,
         count_parameters,
         enable_activation_checkpointing,
         get_preset,
@@ -96,7 +97,10 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
     n = count_parameters(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     fwd = CausalLMLoss(model, args.loss_chunk_tokens)
-    fwd = torch.compile(fwd) if args.compile else fwd
+    if args.compile and args.compile_scope == "blocks":
+        compile_blocks(model)
+    elif args.compile:
+        fwd = torch.compile(fwd)
     amp = (
         (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
         if bf16
@@ -136,6 +140,7 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
         "device": name,
         "precision": "bf16" if bf16 else "fp32",
         "compile": args.compile,
+        "compile_scope": args.compile_scope if args.compile else None,
         "seq_len": seq,
         "micro_batch": mb,
         "grad_accum": grad_accum,
@@ -180,6 +185,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument(
+        "--compile-scope",
+        choices=["model", "blocks"],
+        default="model",
+        help="with --compile: the whole model and loss, or each decoder block",
+    )
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument(
         "--loss-chunk-tokens", type=int, default=0, help="chunked loss (0: full logits)"
@@ -216,7 +227,9 @@ def _cells(r: dict) -> tuple[str, ...]:
     return (
         r["preset"],
         f"{r['params_M']:.2f}M",
-        f"{r['device']}" + (" +compile" if r["compile"] else ""),
+        f"{r['device']}"
+        + (" +compile" if r["compile"] else "")
+        + (" (blocks)" if r.get("compile_scope") == "blocks" else ""),
         r["precision"],
         str(r["seq_len"]),
         f"{r['micro_batch']}x{r['grad_accum']}"

@@ -162,6 +162,14 @@ def _slurm_value(v: str) -> Any:
     help="auto: bf16 autocast on GPUs that support it, fp32 otherwise.",
 )
 @click.option("--compile/--no-compile", "compile_", default=False, help="torch.compile the model.")
+@click.option(
+    "--compile-scope",
+    type=click.Choice(["model", "blocks"]),
+    default="model",
+    show_default=True,
+    help="With --compile: the whole model and loss, or each decoder block on its own (one "
+    "trace shared by all blocks: compile time independent of depth).",
+)
 @click.option("--fsdp", is_flag=True, help="FSDP2 instead of DDP for multi-process runs.")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch.")
 @click.option(
@@ -280,6 +288,7 @@ def _train(**kw: Any) -> None:
         device=kw["device"],
         dtype=kw["dtype"],
         compile=kw["compile_"],
+        compile_scope=kw["compile_scope"],
         fsdp=kw["fsdp"],
         threads=kw["threads"],
         checkpoint_every=kw["checkpoint_every"],

@@ -42,6 +42,7 @@ from training.metrics import MetricsLog, peak_memory_gb
 from training.mixture import Mixture, batch_arrays, build_mixture, token_budgets
 from training.presets import (
     build_model,
+    compile_blocks,
     count_parameters,
     enable_activation_checkpointing,
     get_preset,
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_EVAL_POINTS",
     "RunConfig",
     "RunOptions",
+    "COMPILE_SCOPES",
     "lr_at",
     "eval_steps_for",
     "check_repeat",
@@ -111,6 +113,11 @@ class RunConfig:
         return cls(**d)
 
 
+COMPILE_SCOPES = ("model", "blocks")
+"""What ``--compile`` compiles: the whole model (with the loss), or each decoder block
+(:func:`training.presets.compile_blocks`)."""
+
+
 @dataclass
 class RunOptions:
     """How to run (not part of the run key): device, precision, checkpointing, test hooks."""
@@ -118,6 +125,7 @@ class RunOptions:
     device: str = "auto"
     dtype: str = "auto"
     compile: bool = False
+    compile_scope: str = "model"
     fsdp: bool = False
     threads: int | None = None
     checkpoint_every: int = 0
@@ -391,6 +399,10 @@ def train_run(
 
     t_start = time.time()
     preset = get_preset(cfg.preset)
+    if opts.compile_scope not in COMPILE_SCOPES:
+        raise TrainingError(
+            f"compile scope {opts.compile_scope!r}: use one of {', '.join(COMPILE_SCOPES)}."
+        )
     langs = list(cfg.shares)
     missing = [lang for lang in langs if lang not in data.languages]
     if missing:
@@ -497,7 +509,9 @@ def train_run(
 
         model = DDP(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
     uncompiled = model  # evaluation: no_grad would make the compiled model recompile
-    if opts.compile:
+    if opts.compile and opts.compile_scope == "blocks":
+        compile_blocks(raw_model)  # in place: every wrapper above sees the compiled blocks
+    elif opts.compile:
         model = torch.compile(model)
 
     def amp() -> Any:
@@ -736,6 +750,7 @@ def train_run(
             "mfu": util,
             "precision": "bf16" if use_bf16 else "fp32",
             "compile": opts.compile,
+            "compile_scope": opts.compile_scope if opts.compile else None,
             "fsdp": fsdp,
         },
         "train_time_s": round(state["train_time"], 3),

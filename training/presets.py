@@ -20,7 +20,15 @@ from typing import Any
 
 from training.errors import TrainingError
 
-__all__ = ["Preset", "PRESETS", "get_preset", "build_model", "count_parameters"]
+__all__ = [
+    "Preset",
+    "PRESETS",
+    "get_preset",
+    "build_model",
+    "count_parameters",
+    "enable_activation_checkpointing",
+    "compile_blocks",
+]
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,22 @@ def enable_activation_checkpointing(model: Any, every_n_layers: int = 1) -> None
         )
     for k, block in enumerate(layers):
         block.gradient_checkpointing = k % every_n_layers == 0
+
+
+def compile_blocks(model: Any, **compile_kwargs: Any) -> int:
+    """``torch.compile`` each decoder block in place (``nn.Module.compile``); returns how many.
+
+    The blocks share one forward, so Dynamo traces it once and reuses the code for every block
+    (parameters are graph inputs), where compiling the whole model traces all ``L`` blocks: the
+    compile time of a deep model stops growing with its depth. Module identity is kept, so
+    FSDP2's per-block sharding, activation checkpointing and DDP's hooks see the same modules.
+    Embedding, final norm, ``lm_head`` and the loss stay eager. Under ``no_grad`` (evaluation)
+    each block compiles once more.
+    """
+    layers = list(model.model.layers)
+    for block in layers:
+        block.compile(**compile_kwargs)
+    return len(layers)
 
 
 def count_parameters(model: Any) -> dict[str, int]:

@@ -1248,6 +1248,51 @@ def test_checkpointing_every_second_block_marks_those_blocks_and_keeps_gradients
         torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-6)
 
 
+def test_compile_blocks_traces_one_graph_for_every_block_and_keeps_gradients():
+    """Per-block compilation: the identical decoder blocks share one Dynamo trace (so compile
+    time does not grow with depth; a per-block recompilation would also hit Dynamo's cache
+    limit of 8 at 24 blocks and fall back to eager), and the gradients are the eager ones."""
+    import dataclasses
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    from training.loss import loss_sum
+    from training.presets import build_model, compile_blocks, get_preset
+
+    preset = dataclasses.replace(get_preset("micro"), num_layers=6)
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(6))
+    grads = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = build_model(preset, 97, eos_id=0, pad_id=1)
+        if compiled:
+            torch._dynamo.reset()
+            counters.clear()
+            assert compile_blocks(model, backend="eager") == 6
+        nll, _ = loss_sum(model, ids, ids)
+        nll.backward()
+        grads.append(_grads(model))
+    assert counters["stats"]["unique_graphs"] == 1
+    assert all(b._compiled_call_impl is not None for b in model.model.layers)
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_compile_scope_is_refused_before_training(corpus, tokenizer_dir, tmp_path):
+    from training.dataset import load_data
+    from training.loop import RunConfig, RunOptions, train_run
+
+    plan = _plan(tmp_path / "plan.csv", [("e", 2000, {"en": 1.0})])
+    out = tmp_path / "out"
+    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
+    data = load_data(next((out / "data").iterdir()))
+    cfg = RunConfig("e", 2000, {"en": 1.0}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    opts = RunOptions(device="cpu", threads=1, compile=True, compile_scope="layers")
+    with pytest.raises(TrainingError, match="compile scope 'layers': use one of model, blocks"):
+        train_run(cfg, data, tmp_path / "run", opts, log=lambda s: None)
+
+
 def test_loss_sum_sees_through_torch_compile_of_the_chunked_loss():
     """torch.compile(CausalLMLoss) is called as the chunked loss, not as a Hugging Face model
     (it was, and failed with "unexpected keyword argument 'input_ids'" on the first GPU run)."""
