@@ -109,6 +109,23 @@ def _plan(path: Path, rows: list[tuple[str, int, dict[str, float]]], langs=LANGS
     return path
 
 
+def _micro_run(
+    tmp_path: Path,
+    corpus: Path,
+    tok: Path,
+    run_id: str,
+    tokens: int,
+    shares: dict[str, float],
+    micro_batch: int = 4,
+):
+    """Prepared data (a sweep of no run) and the ``micro`` RunConfig of one planned run."""
+    plan = _plan(tmp_path / "plan.csv", [(run_id, tokens, shares)])
+    _sweep(plan, corpus, tmp_path / "out", tok, max_runs=0)  # prepare data only
+    data = load_data(next((tmp_path / "out" / "data").iterdir()))
+    cfg = RunConfig(run_id, tokens, shares, "micro", 32, 8, micro_batch, 3e-3, data_key=data.key)
+    return data, cfg
+
+
 def _sweep(plan: Path, corpus: Path, out: Path, tok: Path, **kw):
     args = dict(
         preset="micro",
@@ -445,11 +462,7 @@ def test_kill_and_resume_reproduces_uninterrupted_run(corpus, tokenizer_dir, tmp
 def test_sigterm_checkpoints_and_stops(corpus, tokenizer_dir, tmp_path):
     import signal
 
-    plan = _plan(tmp_path / "plan.csv", [("s", 3000, {"en": 1.0})])
-    out = tmp_path / "out"
-    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
-    data = load_data(next((out / "data").iterdir()))
-    cfg = RunConfig("s", 3000, {"en": 1.0}, "micro", 32, 8, 8, 3e-3, data_key=data.key)
+    data, cfg = _micro_run(tmp_path, corpus, tokenizer_dir, "s", 3000, {"en": 1.0}, 8)
 
     def on_step(step: int) -> None:
         if step == 3:
@@ -1280,14 +1293,9 @@ def test_compile_blocks_traces_one_graph_for_every_block_and_keeps_gradients():
 
 
 def test_unknown_compile_scope_is_refused_before_training(corpus, tokenizer_dir, tmp_path):
-    from training.dataset import load_data
-    from training.loop import RunConfig, RunOptions, train_run
+    from training.loop import RunOptions, train_run
 
-    plan = _plan(tmp_path / "plan.csv", [("e", 2000, {"en": 1.0})])
-    out = tmp_path / "out"
-    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
-    data = load_data(next((out / "data").iterdir()))
-    cfg = RunConfig("e", 2000, {"en": 1.0}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    data, cfg = _micro_run(tmp_path, corpus, tokenizer_dir, "e", 2000, {"en": 1.0})
     opts = RunOptions(device="cpu", threads=1, compile=True, compile_scope="layers")
     with pytest.raises(TrainingError, match="compile scope 'layers': use one of model, blocks"):
         train_run(cfg, data, tmp_path / "run", opts, log=lambda s: None)
@@ -1338,11 +1346,7 @@ def test_saved_model_is_safetensors_and_loads_with_from_pretrained(corpus, token
     AutoModelForCausalLM.from_pretrained gives the run's final validation losses."""
     from transformers import AutoTokenizer
 
-    plan = _plan(tmp_path / "plan.csv", [("m", 2000, {"en": 0.5, "zh": 0.5})])
-    out = tmp_path / "out"
-    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
-    data = load_data(next((out / "data").iterdir()))
-    cfg = RunConfig("m", 2000, {"en": 0.5, "zh": 0.5}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    data, cfg = _micro_run(tmp_path, corpus, tokenizer_dir, "m", 2000, {"en": 0.5, "zh": 0.5})
     opts = RunOptions(device="cpu", threads=1, log_every_s=1e9, save_model=True)
     rec = train_run(cfg, data, tmp_path / "run", opts, log=lambda s: None)
     mdir = tmp_path / "run" / "model"
@@ -1358,11 +1362,7 @@ def test_saved_model_is_safetensors_and_loads_with_from_pretrained(corpus, token
 
 
 def test_run_with_chunked_loss_and_checkpointing_matches_plain_run(corpus, tokenizer_dir, tmp_path):
-    plan = _plan(tmp_path / "plan.csv", [("c", 2000, {"en": 0.5, "ja": 0.5})])
-    out = tmp_path / "out"
-    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
-    data = load_data(next((out / "data").iterdir()))
-    cfg = RunConfig("c", 2000, {"en": 0.5, "ja": 0.5}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    data, cfg = _micro_run(tmp_path, corpus, tokenizer_dir, "c", 2000, {"en": 0.5, "ja": 0.5})
     base = RunOptions(device="cpu", threads=1, log_every_s=1e9)
     lean = RunOptions(
         device="cpu",
@@ -1398,11 +1398,7 @@ def test_compiled_run_evaluates_with_the_uncompiled_model(
             return self._orig_mod(*args, **kwargs)
 
     monkeypatch.setattr(torch, "compile", lambda module, **kw: GradOnly(module))
-    plan = _plan(tmp_path / "plan.csv", [("e", 2000, {"en": 0.5, "de": 0.5})])
-    out = tmp_path / "out"
-    _sweep(plan, corpus, out, tokenizer_dir, max_runs=0)
-    data = load_data(next((out / "data").iterdir()))
-    cfg = RunConfig("e", 2000, {"en": 0.5, "de": 0.5}, "micro", 32, 8, 4, 3e-3, data_key=data.key)
+    data, cfg = _micro_run(tmp_path, corpus, tokenizer_dir, "e", 2000, {"en": 0.5, "de": 0.5})
     for chunk in (0, 50):  # the plain model and the chunked loss are compiled alike
         opts = RunOptions(
             device="cpu", threads=1, log_every_s=1e9, compile=True, loss_chunk_tokens=chunk
