@@ -224,6 +224,16 @@ def _slurm_value(v: str) -> Any:
     help="Processes (GPUs) per run for torchrun/accelerate/Slurm [default: all GPUs].",
 )
 @click.option(
+    "--nnodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Nodes per run (--launcher torchrun): run the same command on every node with its "
+    "--node-rank and node 0's --master; the output folder must be shared.",
+)
+@click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank.")
+@click.option("--master", default=None, help="HOST:PORT of node 0's rendezvous (--nnodes > 1).")
+@click.option(
     "--slurm",
     is_flag=True,
     help="Submit pending runs as a Slurm job array (submitit); local without Slurm.",
@@ -327,6 +337,9 @@ def _train(**kw: Any) -> None:
         slurm_wait=kw["slurm_wait"],
         max_runs=kw["max_runs"],
         jobs=kw["jobs"],
+        nnodes=kw["nnodes"],
+        node_rank=kw["node_rank"],
+        master=kw["master"],
     )
     click.echo(
         f"{res.finished} finished, {res.pending} pending runs; table {res.table}, "

@@ -236,6 +236,23 @@ def _setup(opts: RunOptions) -> _Dist:
     return _Dist(rank, world, local, device)
 
 
+def _check_same_run(cfg: RunConfig, env: _Dist) -> None:
+    """Refuse to train when the ranks were launched for different runs (a multi-node follower
+    that joined the rendezvous of another run than its own, :mod:`training.multinode`)."""
+    import torch.distributed as dist
+
+    mine = json.dumps(asdict(cfg), sort_keys=True)
+    every: list[Any] = [None] * env.world
+    dist.all_gather_object(every, mine)
+    if any(other != mine for other in every):
+        ids = sorted({json.loads(o)["run_id"] for o in every})
+        raise TrainingError(
+            f"the {env.world} processes of this job were started for different runs ({ids}). "
+            "Fix: start every node's sweep with the same plan, --out and settings; a node that "
+            "joined late retries the current run when restarted."
+        )
+
+
 def _git_hash() -> str | None:
     """Commit of the source tree, read from ``.git`` (no git process is started)."""
     here = Path(__file__).resolve().parent
@@ -391,6 +408,8 @@ def train_run(
     if is_finished(run_dir):
         return read_record(run_dir) or {}
     env = _setup(opts)
+    if env.world > 1:
+        _check_same_run(cfg, env)
     if log is None:
 
         def log(msg: str) -> None:

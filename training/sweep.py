@@ -12,6 +12,7 @@ run on one node (DDP, or FSDP with ``RunOptions.fsdp``), or as a Slurm job array
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -30,6 +31,7 @@ from training.errors import TrainingError
 from training.lock import sweep_lock
 from training.loop import DEFAULT_EVAL_POINTS, RunConfig, RunOptions, check_repeat, train_run
 from training.mixture import token_budgets
+from training.multinode import NodeGroup, node_group, wait_for_leader
 from training.presets import get_preset
 from training.records import is_finished, write_table
 from training.slurm_jobs import in_flight, jobs_file, record_jobs, slurm_state
@@ -199,10 +201,16 @@ def accelerate_precision(dtype: str, config_file: str | Path | None = None) -> t
     return dtype, "bf16" if dtype == "bf16" else "no"
 
 
-def _launch_cmd(launcher: str, nproc: int, spec: Path, mixed_precision: str = "no") -> list[str]:
+def _launch_cmd(
+    launcher: str,
+    nproc: int,
+    spec: Path,
+    mixed_precision: str = "no",
+    group: NodeGroup = NodeGroup(),  # noqa: B008 (an immutable NamedTuple)
+) -> list[str]:
     if launcher == "torchrun":
         return [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            sys.executable, "-m", "torch.distributed.run", *group.torchrun_args(),
             f"--nproc-per-node={nproc}", "-m", "training.worker", str(spec),
         ]  # fmt: skip
     if launcher == "accelerate":
@@ -248,6 +256,9 @@ def run_sweep(
     slurm_wait: bool = True,
     max_runs: int | None = None,
     jobs: int = 1,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Train every unfinished run of a plan and write the runs table.
@@ -282,6 +293,10 @@ def run_sweep(
         are GPUs (one run per GPU with ``jobs`` = their number), else ``cores // jobs`` torch
         threads unless ``options.threads`` is given. 1 trains in this process, one run after
         another.
+    nnodes, node_rank, master
+        Several nodes per run (``launcher="torchrun"``): the same call on every node with its
+        ``node_rank`` and node 0's ``"HOST:PORT"`` (:mod:`training.multinode`). Node 0 leads
+        (lock, data, table); the others follow and return without writing the table.
     log
         Progress callback (default: stderr).
 
@@ -295,9 +310,14 @@ def run_sweep(
         def log(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)
 
-    with sweep_lock(out, log):  # never two sweeps on one output folder
+    group = node_group(nnodes, node_rank, master, launcher, slurm, jobs)
+    # never two sweeps on one output folder; the followers of a multi-node sweep are part of it
+    lock = sweep_lock(out, log) if group.leader else contextlib.nullcontext()
+    with lock:
         from training.dataset import prepare_data
 
+        if not group.leader:
+            wait_for_leader(Path(out), group, t0, log)
         opts = options or RunOptions()
         if jobs < 1:
             raise TrainingError(f"--jobs must be >= 1, got {jobs}. Fix: e.g. --jobs 2 --threads 1.")
@@ -360,20 +380,20 @@ def run_sweep(
         for cfg in configs:  # refuse impossible budgets before anything trains
             check_repeat(cfg, token_budgets(cfg.shares, cfg.budget_tokens), data)
         run_dirs = [out / "runs" / run_dir_name(cfg) for cfg in configs]
-        atomic_write_json(
-            out / "sweep.json",
-            {
-                "plan": str(Path(plan).resolve()),
-                "corpus": str(Path(corpus).resolve()),
-                "preset": preset,
-                "data_key": data.key,
-                "runs": [
-                    {"run_id": c.run_id, "dir": d.name}
-                    for c, d in zip(configs, run_dirs, strict=True)
-                ],
-                "options": _options_dict(opts),
-            },
-        )
+        sweep_json = {
+            "plan": str(Path(plan).resolve()),
+            "corpus": str(Path(corpus).resolve()),
+            "preset": preset,
+            "data_key": data.key,
+            "runs": [
+                {"run_id": c.run_id, "dir": d.name} for c, d in zip(configs, run_dirs, strict=True)
+            ],
+            "options": _options_dict(opts),
+        }
+        if group.nnodes > 1:
+            sweep_json["multinode"] = group.marker()
+        if group.leader:
+            atomic_write_json(out / "sweep.json", sweep_json)
         todo = [(c, d) for c, d in zip(configs, run_dirs, strict=True) if not is_finished(d)]
         skipped = len(configs) - len(todo)
         if skipped:
@@ -403,12 +423,18 @@ def run_sweep(
                 if launcher == "local":
                     train_run(cfg, data, rdir, opts, log)
                 else:
-                    spec = _write_spec(cfg, data.path, rdir, opts)
+                    if is_finished(rdir):  # a late follower: the run ended meanwhile
+                        continue
+                    spec = _write_spec(cfg, data.path, rdir, opts, group.node_rank)
                     n = nproc or _default_nproc()
                     env = {**os.environ, "PYTHONPATH": _pythonpath()}
-                    cmd = _launch_cmd(launcher, n, spec, mixed_precision)
+                    cmd = _launch_cmd(launcher, n, spec, mixed_precision, group)
                     rc = subprocess.run(cmd, env=env).returncode
                     failure = f"{launcher} exited with code {rc}" if rc else None
+                    # rank 0 (on node 0) writes the record: a follower's clean exit is enough
+                    if failure is None and not group.leader:
+                        trained += 1
+                        continue
                     if not _finished_despite(cfg, rdir, failure, log):
                         raise TrainingError(
                             f"run {cfg.run_id} failed under {launcher} (exit code {rc}); see the "
@@ -418,6 +444,9 @@ def run_sweep(
                 trained += 1
 
         table, records = out / "runs.csv", out / "records.json"
+        if not group.leader:
+            log(f"node {group.node_rank}: {trained} runs trained with node 0, which writes {table}")
+            return SweepResult(table, records, 0, trained, skipped, 0, time.time() - t0, run_dirs)
         finished = write_table(run_dirs, table, records)
         pending = len(configs) - finished
         wall = time.time() - t0
@@ -553,8 +582,10 @@ def _pythonpath() -> str:
     return root if not old else f"{root}{os.pathsep}{old}"
 
 
-def _write_spec(cfg: RunConfig, data_dir: Path, run_dir: Path, opts: RunOptions) -> Path:
-    spec = run_dir / "spec.json"
+def _write_spec(
+    cfg: RunConfig, data_dir: Path, run_dir: Path, opts: RunOptions, node_rank: int = 0
+) -> Path:
+    spec = run_dir / ("spec.json" if node_rank == 0 else f"spec-node{node_rank}.json")
     atomic_write_json(
         spec,
         {

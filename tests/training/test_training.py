@@ -753,6 +753,109 @@ def test_sigterm_checkpoints_and_exits_143_without_traceback(corpus, tokenizer_d
 
 
 @pytest.mark.slow
+def test_two_node_sweep_on_one_machine_trains_each_run_once_across_both(
+    corpus, tokenizer_dir, tmp_path
+):
+    """--nnodes 2: a follower started first (the CLI, node 1) waits for node 0's data if it is
+    not ready, then every run is one 2-process torchrun job across the two "nodes" (static
+    rendezvous on localhost, gloo); the result equals a single-node 2-process DDP sweep, and
+    only node 0 writes the runs table."""
+    import socket
+
+    plan = _plan(
+        tmp_path / "plan.csv",
+        [("a", 2048, {"en": 0.5, "de": 0.5}), ("b", 1024, {"en": 0.25, "de": 0.75})],
+    )
+    kw = dict(batch_size=8, eval_points=(0.5, 1.0))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "two"
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "training", "--plan", str(plan), "--corpus", str(corpus),
+         "--out", str(out), "--preset", "micro", "--tokenizer", str(tokenizer_dir),
+         "--val-tokens", "256", "--batch-size", "8", "--eval-points", "0.5,1.0",
+         "--device", "cpu", "--threads", "1", "--log-every", "1e9", "--launcher", "torchrun",
+         "--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        lead = _sweep(
+            plan, corpus, out, tokenizer_dir, launcher="torchrun", nproc=1, nnodes=2,
+            node_rank=0, master=f"127.0.0.1:{port}", **kw,
+        )  # fmt: skip
+        f_out, f_err = follower.communicate(timeout=300)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, f_err
+    assert "2 runs trained with node 0" in f_err  # (it may find node 0's data ready at once)
+    assert lead.finished == 2 and lead.trained == 2
+    assert json.loads((out / "sweep.json").read_text())["multinode"] == {
+        "nnodes": 2,
+        "master": f"127.0.0.1:{port}",
+    }
+    ddp = _sweep(plan, corpus, tmp_path / "ddp", tokenizer_dir, launcher="torchrun", nproc=2, **kw)
+    for a, b in zip(
+        json.loads(lead.records.read_text()), json.loads(ddp.records.read_text()), strict=True
+    ):
+        assert a["hardware"]["n_devices"] == 2 and a["realised_tokens"] == b["realised_tokens"]
+        for lang in a["final_loss"]:
+            assert a["final_loss"][lang] == pytest.approx(b["final_loss"][lang], abs=1e-5)
+    with pytest.raises(TrainingError, match="needs --launcher torchrun"):
+        _sweep(plan, corpus, tmp_path / "x", tokenizer_dir, nnodes=2, master="h:1", **kw)
+    with pytest.raises(TrainingError, match="HOST:PORT"):
+        _sweep(plan, corpus, tmp_path / "x", tokenizer_dir, launcher="torchrun", nnodes=2, **kw)
+
+
+def test_follower_waits_for_its_own_leaders_sweep_json_only(tmp_path):
+    import time
+
+    from training.multinode import LEADER_GRACE_S, node_group, wait_for_leader
+
+    group = node_group(2, 1, "node0:29500", "torchrun", False, 1)
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"multinode": {"nnodes": 2, "master": "node0:29500"}}))
+    old = time.time() - LEADER_GRACE_S - 60
+    os.utime(path, (old, old))  # an earlier sweep's file: not this one
+    with pytest.raises(TrainingError, match="node 0 has not written"):
+        wait_for_leader(tmp_path, group, time.time(), lambda m: None, timeout_s=0.3, poll_s=0.1)
+    path.write_text(json.dumps({"multinode": {"nnodes": 2, "master": "other:1"}}))
+    with pytest.raises(TrainingError, match="node 0 has not written"):  # another group's
+        wait_for_leader(tmp_path, group, time.time(), lambda m: None, timeout_s=0.3, poll_s=0.1)
+    path.write_text(json.dumps({"multinode": {"nnodes": 2, "master": "node0:29500"}, "k": 1}))
+    assert wait_for_leader(tmp_path, group, time.time(), lambda m: None)["k"] == 1
+    with pytest.raises(TrainingError, match="node-rank < nnodes"):
+        node_group(2, 2, "h:1", "torchrun", False, 1)
+
+
+@pytest.mark.slow
+def test_ranks_launched_for_different_runs_refuse_to_train(tmp_path):
+    """The guard of a late multi-node follower: processes of one job given different runs."""
+    script = tmp_path / "mismatch.py"
+    script.write_text(
+        "import os, sys\n"
+        "from training.errors import TrainingError\n"
+        "from training.loop import RunConfig, RunOptions, train_run\n"
+        "cfg = RunConfig(f\"r{os.environ['RANK']}\", 1024, {'en': 1.0}, 'micro', 32, 8, 4, 3e-3)\n"
+        "try:\n"
+        "    train_run(cfg, None, sys.argv[1], RunOptions(device='cpu', threads=1))\n"
+        "except TrainingError as e:\n"
+        "    print('REFUSED', e, flush=True)\n"
+        "    sys.exit(3)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(script), str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "REFUSED the 2 processes of this job were started for different runs (['r0', 'r1'])" in (
+        proc.stdout
+    ), proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
 def test_torchrun_ddp_two_processes(corpus, tokenizer_dir, tmp_path):
     """DDP across 2 CPU processes (gloo) gives the same run as one process, to fp tolerance."""
     plan = _plan(tmp_path / "plan.csv", [("d", 2048, {"en": 0.5, "de": 0.5})])
