@@ -3,6 +3,9 @@
 ``paper-1.2b`` is the CLIMB paper's model (Appendix "Training Details": hidden 2048, intermediate
 5504, 16 heads, 24 layers, 4096 positions, RMSNorm eps 1e-5; ~1.2B non-embedding parameters;
 250k BBPE vocabulary; sequence length 4096; batch 3072 sequences). ``7b`` is LLaMA-2-7B's shape.
+Their learning rates are the paper's for its 1T-token validation runs (Section "Experiments":
+peak 4.3e-5 at 1.2B, 3.6e-5 at 7B, cosine decay to 10%); the paper gives none for the shorter
+scaling-law runs, so the same peak is the default there too (``--lr`` overrides it).
 ``tiny`` (~1.9M parameters with a 4096 vocabulary) and ``micro`` train on a CPU in seconds to
 minutes; ``small`` is for a quick single-GPU check.
 
@@ -73,9 +76,9 @@ PRESETS: dict[str, Preset] = {
         Preset("small", 512, 1376, 8, 8, 1024, seq_len=1024, batch_size=64, micro_batch_size=16,
                lr=1e-3, vocab_size=32000, val_tokens=262144),
         Preset("paper-1.2b", 2048, 5504, 16, 24, 4096, seq_len=4096, batch_size=3072,
-               micro_batch_size=4, lr=4e-4, vocab_size=250000, val_tokens=2097152),
+               micro_batch_size=4, lr=4.3e-5, vocab_size=250000, val_tokens=2097152),
         Preset("7b", 4096, 11008, 32, 32, 4096, seq_len=4096, batch_size=1024,
-               micro_batch_size=1, lr=3e-4, vocab_size=250000, val_tokens=2097152),
+               micro_batch_size=1, lr=3.6e-5, vocab_size=250000, val_tokens=2097152),
     ]
 }  # fmt: skip
 
