@@ -7,7 +7,7 @@ held-out losses at 90% nominal. Following Kennedy & O'Hagan (2001), the log-loss
 ``i`` at a budget ``D`` outside the fitted range is the law plus a discrepancy
 
     delta_i(D, r) = g_i(D) * tau_i * (sqrt(rho) a_i + sqrt(1 - rho) c_i(r)),
-    g_i(D) = x_i(D) * (x_i(D) + W_i)
+    g_i(D) = x_i(D) * (x_i(D) + W_i) + W_i^2 / 6   (outside the fitted range; 0 inside)
 
 with ``x_i(D)`` the distance in ``log D`` outside language ``i``'s fitted budgets
 (:func:`extrapolation_distance`; 0 inside, so interpolation is untouched) and ``W_i`` the
@@ -17,20 +17,24 @@ width of that range in ``log D`` (at least :data:`MIN_SPAN`; :func:`discrepancy_
 scale :data:`LENGTH_SCALE` in share space): mixtures far apart can be off differently, which is
 what makes the ranking of two mixtures uncertain.
 
-Why ``x (x + W)``: if the true ``log L`` bends away from the law with a curvature ``2 tau`` in
+Why this ``g``: if the true ``log L`` bends away from the law with a curvature ``2 tau`` in
 ``log D``, a least-squares fit over a window of width ``W`` follows the chord, and its error at a
-distance ``x`` beyond the window is ``tau (x^2 + W x + W^2/6)``; the ``W^2/6`` part is inside
-the fitted range (absorbed by the fit's own noise), the rest is ``tau x (x + W)``: a slope error
-``tau W`` at the edge that grows with the fitted width, plus the bend ``tau x^2``. ``tau`` is
-then a property of the curve, not of the window, so leave-future-out folds that fit a shorter
-window estimate the same ``tau``. Measured (issue 13 notes): on a simulated world whose
-``log L`` bends quadratically away from the law (tests/model/test_discrepancy.py) the 90% interval
-covered 0.56 with the linear form ``x`` and 0.84 with ``x (x + W)``; on 5Mix-70M, held-out
-budgets up to 8x, 0.71 and 1.00 (Gaussian approximation; the shipped pipeline 0.99). The
-leave-future-out evidence comes from the folds nearest the full fit
-(:func:`climb_bayes.inference.lfo.lfo_folds` with ``keep="latest"``): on 5Mix the earliest folds (a
-span 5x shorter, early in training) gave a linear-form ``tau`` 1.6-5.7x what the full fit's
-extrapolation needed. Fits stored before this form (no ``growth`` attribute) keep the linear one.
+distance ``x`` beyond the window is ``tau (x^2 + W x + W^2/6)``: the chord's error at the edge,
+``tau W^2/6``, a slope error ``tau W`` that grows with the fitted width, and the bend
+``tau x^2``. ``tau`` is then a property of the curve, not of the window, so leave-future-out
+folds that fit a shorter window estimate the same ``tau``. Measured (issue 13 notes): on a
+simulated world whose ``log L`` bends quadratically away from the law
+(tests/model/test_discrepancy.py) the 90% interval covered 0.56 with the linear form ``x`` and
+0.84 with ``x (x + W)``; on 5Mix-70M, held-out budgets up to 8x, 0.71 and 1.00 (Gaussian
+approximation; the shipped pipeline 0.99). The edge term (``"chord"``, the default since
+2026-11-26; ``"curvature"`` leaves it out, as fits stored before did) matters for the folds'
+evidence: just past a fold's cut ``x (x + W)`` is near 0, so a residual there of the chord's
+size read as a huge ``tau``; on the RedPajama sets, whose inner folds extrapolate 1.1-1.2x, that
+made the shipped intervals 2-4x too wide (docs/model.md). The leave-future-out evidence comes
+from the folds nearest the full fit (:func:`climb_bayes.inference.lfo.lfo_folds` with
+``keep="latest"``): on 5Mix the earliest folds (a span 5x shorter, early in training) gave a
+linear-form ``tau`` 1.6-5.7x what the full fit's extrapolation needed. Fits stored before the
+growth forms (no ``growth`` attribute) keep the linear one.
 
 ``tau_i`` (log-loss per squared unit of ``log D``) gets partial pooling across languages,
 ``log tau_i = log tau_0 + s psi_i``; ``tau_0`` has a prior calibrated on published benchmarks
@@ -94,18 +98,19 @@ MIN_SPAN = float(np.log(2.0))
 """Least fitted width ``W`` (natural-log budget span) in the bend term: a fit over budgets
 less than 2x apart counts as a factor 2 (with one budget ``W`` would be 0)."""
 
-GROWTH_FORMS = ("curvature", "linear")
-"""How the discrepancy's sd grows with the distance: ``x (x + W)`` (default) or ``x``
-(fits stored before the bend term)."""
+GROWTH_FORMS = ("chord", "curvature", "linear")
+"""How the discrepancy's sd grows with the distance ``x > 0``: ``x (x + W) + W^2/6`` (default),
+``x (x + W)`` (fits stored before 2026-11-26) or ``x`` (fits stored before the bend term)."""
 
 
 def discrepancy_distance(
-    tokens: np.ndarray, lo: np.ndarray, hi: np.ndarray, growth: str = "curvature"
+    tokens: np.ndarray, lo: np.ndarray, hi: np.ndarray, growth: str = "chord"
 ) -> np.ndarray:
     """The factor ``g`` that multiplies ``tau`` (module docstring), per budget.
 
-    ``x (x + max(log(hi / lo), MIN_SPAN))`` with ``x`` = :func:`extrapolation_distance`
-    for ``growth="curvature"``; ``x`` for ``"linear"``. Arguments broadcast.
+    With ``x`` = :func:`extrapolation_distance` and ``W = max(log(hi / lo), MIN_SPAN)``:
+    ``x (x + W) + W^2 / 6`` where ``x > 0`` (0 inside the range) for ``growth="chord"``,
+    ``x (x + W)`` for ``"curvature"``, ``x`` for ``"linear"``. Arguments broadcast.
     """
     if growth not in GROWTH_FORMS:
         raise ValueError(f"growth must be one of {GROWTH_FORMS}, got {growth!r}.")
@@ -113,7 +118,9 @@ def discrepancy_distance(
     if growth == "linear":
         return x
     span = np.maximum(np.log(np.asarray(hi, float) / np.asarray(lo, float)), MIN_SPAN)
-    return x * (x + span)
+    if growth == "curvature":
+        return x * (x + span)
+    return np.where(x > 0, x * (x + span) + span**2 / 6.0, 0.0)
 
 
 class DiscrepancyPrior(NamedTuple):
@@ -139,10 +146,10 @@ _CALIBRATION = (
     "160M, fit on steps <= 40% of the last, geometric mean of the actual tau of the 4 sets"
 )
 DISCREPANCY_PRIORS: dict[str, DiscrepancyPrior] = {
-    "climb": DiscrepancyPrior(0.0041, 1.00, _CALIBRATION),
-    "msl": DiscrepancyPrior(0.0074, 1.12, _CALIBRATION),
-    "dml": DiscrepancyPrior(0.0093, 1.12, _CALIBRATION),
-    "isolated": DiscrepancyPrior(0.0132, 0.73, _CALIBRATION),
+    "climb": DiscrepancyPrior(0.0029, 1.25, _CALIBRATION),
+    "msl": DiscrepancyPrior(0.0051, 0.94, _CALIBRATION),
+    "dml": DiscrepancyPrior(0.0065, 0.90, _CALIBRATION),
+    "isolated": DiscrepancyPrior(0.0088, 0.50, _CALIBRATION),
 }
 """Per-law priors of ``tau_0`` (see :func:`discrepancy_prior`), from the printed table of the
 calibration script (docs/model.md). The calibration sets are kept out of every evaluation in
@@ -183,7 +190,7 @@ class Discrepancy(NamedTuple):
     hi: np.ndarray
     source: str = "prior"
     length_scale: float = LENGTH_SCALE
-    growth: str = "curvature"
+    growth: str = "chord"
 
     def distance(self, tokens: np.ndarray, group: np.ndarray) -> np.ndarray:
         """``(N,)`` factor ``g`` (:func:`discrepancy_distance`) of each observation."""

@@ -76,15 +76,38 @@ def test_growth_forms():
     lo, hi = 1e9, 8e9
     w = np.log(8.0)
     x = np.log(5.0)
-    assert discrepancy_distance(4e10, lo, hi) == pytest.approx(x * (x + w))
+    # the chord's error of a quadratic bend, W^2 / 6 at the edge included (module docstring)
+    assert discrepancy_distance(4e10, lo, hi) == pytest.approx(x * (x + w) + w**2 / 6)
+    assert discrepancy_distance(4e10, lo, hi, "curvature") == pytest.approx(x * (x + w))
     assert discrepancy_distance(4e10, lo, hi, "linear") == pytest.approx(x)
-    assert discrepancy_distance(5e9, lo, hi) == 0.0
+    assert discrepancy_distance(5e9, lo, hi) == 0.0  # inside: interpolation is untouched
+    assert discrepancy_distance(8e9, lo, hi) == 0.0
+    # just past the edge the chord form is the edge error, the others ~0
+    assert discrepancy_distance(8.0001e9, lo, hi) == pytest.approx(w**2 / 6, rel=1e-3)
     # one budget: the width counts as MIN_SPAN, not 0
-    assert discrepancy_distance(4e10, 8e9, 8e9) == pytest.approx(x * (x + MIN_SPAN))
+    assert discrepancy_distance(4e10, 8e9, 8e9) == pytest.approx(
+        x * (x + MIN_SPAN) + MIN_SPAN**2 / 6
+    )
     with pytest.raises(ValueError, match="growth"):
         discrepancy_distance(4e10, lo, hi, "cubic")
     d = Discrepancy(np.full((2, 1), 0.01), np.full(2, 0.5), np.array([lo]), np.array([hi]))
-    assert d.distance_at(4e10)[0] == pytest.approx(x * (x + w))
+    assert d.distance_at(4e10)[0] == pytest.approx(x * (x + w) + w**2 / 6)
+
+
+def test_a_leave_future_out_residual_just_past_the_cut_is_read_as_the_chord_error():
+    """Why the edge term: a quadratic bend seen by a least-squares line over a window of width
+    W is off by tau W^2/6 at the window's edge. Without the term, a residual of that size just
+    past a fold's cut divides by g ~ 0 and reads as a tau many times the true one; with it the
+    least-squares line's error anywhere beyond the window is exactly tau g."""
+    tau, w = 0.01, np.log(4.0)
+    t = np.linspace(0.0, w, 4001)  # the continuous least-squares line, to ~1e-4
+    slope, icpt = np.polyfit(t, tau * t**2, 1)
+    x = np.array([0.02, 0.1, 0.5, 1.5])
+    err = tau * (w + x) ** 2 - (icpt + slope * (w + x))
+    g = discrepancy_distance(np.exp(w + x), 1.0, np.exp(w))
+    assert err / g == pytest.approx(np.full(4, tau), rel=1e-3)
+    g_old = discrepancy_distance(np.exp(w + x), 1.0, np.exp(w), "curvature")
+    assert err[0] / g_old[0] > 5 * tau
 
 
 def test_distance_is_zero_inside_the_fitted_range():
@@ -100,6 +123,8 @@ def test_a_discrepancy_stored_before_the_growth_form_reads_as_linear():
 
     d = Discrepancy(np.full((3, 2), 0.02), np.full(3, 0.5), np.ones(2) * 1e9, np.ones(2) * 1e10)
     node = _discrepancy_tree(d, ["en", "de"])
+    assert discrepancy_from_tree(node).growth == "chord"
+    node.attrs["growth"] = "curvature"  # fits stored before the edge term keep their form
     assert discrepancy_from_tree(node).growth == "curvature"
     del node.attrs["growth"]  # what fits written before the growth attribute carry
     old = discrepancy_from_tree(node)
