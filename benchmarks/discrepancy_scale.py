@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import climb_bayes  # noqa: E402
 import climb_bayes.inference.ensemble as ensemble  # noqa: E402
 from climb_bayes.data.observations import budget_range  # noqa: E402
-from climb_bayes.data.published import load_5mix, load_redpajama, shared_data_dir  # noqa: E402
+from climb_bayes.data.published import shared_data_dir  # noqa: E402
 from climb_bayes.evaluation.lfo_evaluate import _usable_by_all  # noqa: E402
 from climb_bayes.evaluation.metrics import score  # noqa: E402
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
@@ -44,12 +44,7 @@ from climb_bayes.model.discrepancy import LfoResiduals, calibrate, discrepancy_p
 climb_bayes.setup_jax()
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from real_data import (  # noqa: E402
-    FIT_MAX_TOKENS,
-    RP_FINAL_TOKENS,
-    RP_FIT_MAX_TOKENS,
-    TEST_MIN_TOKENS,
-)
+from real_data import extrapolation_splits  # noqa: E402
 
 SCALES = (0.0, 0.25, 0.5, 0.75, 1.0)
 OPTIONS = FitOptions(n_starts=2, seed=0, max_iter=1000, chains=2, warmup=500, samples=1000)
@@ -110,14 +105,7 @@ def main() -> int:
     if data is None or not Path(data).is_dir():
         print("discrepancy_scale: ../shared/data not found; skipped")
         return 0
-    sizes = tuple(args.sizes.split(","))
-    splits = [
-        (f"5mix-{s}", o, o.tokens <= FIT_MAX_TOKENS, o.tokens >= TEST_MIN_TOKENS)
-        for s, o in load_5mix(data, sizes).items()
-    ] + [
-        (f"rp-{s}", o, o.tokens <= RP_FIT_MAX_TOKENS, o.tokens == RP_FINAL_TOKENS)
-        for s, o in load_redpajama(data, sizes).items()
-    ]
+    splits = extrapolation_splits(Path(data), tuple(args.sizes.split(",")))
     laws = parse_laws(",".join(LAWS))
     lines = [
         "| set | lam | inner stacked LPD | weights climb/msl/dml/isolated | cov50 | cov90 | "

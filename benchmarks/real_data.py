@@ -142,6 +142,17 @@ def run(data: Path, n_starts: int, nuts: bool, quick: bool) -> tuple[list[EvalRo
     return rows, notes
 
 
+def extrapolation_splits(data: Path, sizes: tuple[str, ...]) -> list[tuple]:
+    """``(name, observations, fit mask, held-out mask)`` of the 5Mix and RedPajama sets."""
+    return [
+        (f"5mix-{size}", obs, obs.tokens <= FIT_MAX_TOKENS, obs.tokens >= TEST_MIN_TOKENS)
+        for size, obs in load_5mix(data, sizes).items()
+    ] + [
+        (f"rp-{size}", obs, obs.tokens <= RP_FIT_MAX_TOKENS, obs.tokens == RP_FINAL_TOKENS)
+        for size, obs in load_redpajama(data, sizes).items()
+    ]
+
+
 def run_pipeline(data: Path, method: str, quick: bool) -> list[str]:
     """Score the shipped predictive (discrepancy + stacking) on each 5Mix size's split."""
     sections = []
@@ -149,13 +160,7 @@ def run_pipeline(data: Path, method: str, quick: bool) -> list[str]:
     options = FitOptions(n_starts=2, seed=0, max_iter=1000, chains=2, warmup=500, samples=1000)
     ens = EnsembleOptions(method=method)
     sizes = ("70M", "410M") if quick else ("70M", "160M", "305M", "410M")
-    splits = [
-        (f"5mix-{size}", obs, obs.tokens <= FIT_MAX_TOKENS, obs.tokens >= TEST_MIN_TOKENS)
-        for size, obs in load_5mix(data, sizes).items()
-    ] + [
-        (f"rp-{size}", obs, obs.tokens <= RP_FIT_MAX_TOKENS, obs.tokens == RP_FINAL_TOKENS)
-        for size, obs in load_redpajama(data, sizes).items()
-    ]
+    splits = extrapolation_splits(data, sizes)
     summary = [
         "| set | cov50 | cov90 | MRE (x best single law) | CRPS (best single law) |",
         "|---|---|---|---|---|",
