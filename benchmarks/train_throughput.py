@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from training.presets import COMPILE_SCOPES  # noqa: E402  (no torch at import)
+
 
 def bench(preset_name: str, args: argparse.Namespace) -> dict:
     """One table row; with ``--micro-batch auto``, the largest halving of the preset's that fits."""
@@ -187,7 +189,7 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true")
     ap.add_argument(
         "--compile-scope",
-        choices=["model", "blocks"],
+        choices=COMPILE_SCOPES,
         default="model",
         help="with --compile: the whole model and loss, or each decoder block",
     )

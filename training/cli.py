@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from training.presets import PRESETS
+from training.presets import COMPILE_SCOPES, PRESETS
 
 __all__ = ["train", "TrainingClickError", "TrainingInterruptedExit"]
 
@@ -164,7 +164,7 @@ def _slurm_value(v: str) -> Any:
 @click.option("--compile/--no-compile", "compile_", default=False, help="torch.compile the model.")
 @click.option(
     "--compile-scope",
-    type=click.Choice(["model", "blocks"]),
+    type=click.Choice(COMPILE_SCOPES),
     default="model",
     show_default=True,
     help="With --compile: the whole model and loss, or each decoder block on its own (one "

@@ -41,6 +41,7 @@ from training.flops import device_peak, flops_per_token, mfu
 from training.metrics import MetricsLog, peak_memory_gb
 from training.mixture import Mixture, batch_arrays, build_mixture, token_budgets
 from training.presets import (
+    COMPILE_SCOPES,
     build_model,
     compile_blocks,
     count_parameters,
@@ -53,7 +54,6 @@ __all__ = [
     "DEFAULT_EVAL_POINTS",
     "RunConfig",
     "RunOptions",
-    "COMPILE_SCOPES",
     "lr_at",
     "eval_steps_for",
     "check_repeat",
@@ -111,11 +111,6 @@ class RunConfig:
         d = dict(d)
         d["eval_points"] = tuple(d.get("eval_points", DEFAULT_EVAL_POINTS))
         return cls(**d)
-
-
-COMPILE_SCOPES = ("model", "blocks")
-"""What ``--compile`` compiles: the whole model (with the loss), or each decoder block
-(:func:`training.presets.compile_blocks`)."""
 
 
 @dataclass
@@ -404,6 +399,10 @@ def train_run(
     from training.loss import CausalLMLoss, loss_sum  # torch at import: only when training
 
     opts = opts or RunOptions()
+    if opts.compile_scope not in COMPILE_SCOPES:
+        raise TrainingError(
+            f"compile scope {opts.compile_scope!r}: use one of {', '.join(COMPILE_SCOPES)}."
+        )
     run_dir = Path(run_dir)
     if is_finished(run_dir):
         return read_record(run_dir) or {}
@@ -418,10 +417,6 @@ def train_run(
 
     t_start = time.time()
     preset = get_preset(cfg.preset)
-    if opts.compile_scope not in COMPILE_SCOPES:
-        raise TrainingError(
-            f"compile scope {opts.compile_scope!r}: use one of {', '.join(COMPILE_SCOPES)}."
-        )
     langs = list(cfg.shares)
     missing = [lang for lang in langs if lang not in data.languages]
     if missing:

@@ -6,7 +6,7 @@ fp32 logits alone are 16.4 GB, and autograd keeps them (and their bf16 copy) for
 :class:`CausalLMLoss` with ``chunk_tokens > 0`` computes the projection and the cross-entropy
 for ``chunk_tokens`` positions at a time, and computes each chunk's gradients (with respect to
 the hidden states and ``lm_head.weight``) in the forward, while its logits exist: a fused linear
-cross-entropy [2]_, [3]_. At most one chunk's logits exist at once, the matmul FLOPs are those
+cross-entropy [1]_, [2]_. At most one chunk's logits exist at once, the matmul FLOPs are those
 of the plain loss (no recomputed ``lm_head`` forward), and the backward only scales the stored
 gradients. The stored gradients cost ``N H`` (hidden) plus ``V H`` fp32 (``lm_head``; 2.0 GB at
 ``paper-1.2b``) of memory. The sum equals the plain loss to float32 round-off (tested), and so
@@ -20,9 +20,9 @@ Hugging Face model, which the chunked path calls below its root.
 
 References
 ----------
-.. [2] Wijmans et al. (2025), "Cut Your Losses in Large-Vocabulary Language Models"
+.. [1] Wijmans et al. (2025), "Cut Your Losses in Large-Vocabulary Language Models"
    (the logits dominate memory at large vocabularies; chunked/fused cross-entropy).
-.. [3] Hsu et al. (2024), "Liger Kernel: Efficient Triton Kernels for LLM Training"
+.. [2] Hsu et al. (2024), "Liger Kernel: Efficient Triton Kernels for LLM Training"
    (FusedLinearCrossEntropy: gradients in the forward, chunk by chunk).
 """
 

@@ -30,6 +30,7 @@ __all__ = [
     "build_model",
     "count_parameters",
     "enable_activation_checkpointing",
+    "COMPILE_SCOPES",
     "compile_blocks",
 ]
 
@@ -147,6 +148,11 @@ def enable_activation_checkpointing(model: Any, every_n_layers: int = 1) -> None
         )
     for k, block in enumerate(layers):
         block.gradient_checkpointing = k % every_n_layers == 0
+
+
+COMPILE_SCOPES = ("model", "blocks")
+"""What ``--compile`` compiles: the whole model (with the loss), or each decoder block
+(:func:`compile_blocks`)."""
 
 
 def compile_blocks(model: Any, **compile_kwargs: Any) -> int:

@@ -380,19 +380,20 @@ def run_sweep(
         for cfg in configs:  # refuse impossible budgets before anything trains
             check_repeat(cfg, token_budgets(cfg.shares, cfg.budget_tokens), data)
         run_dirs = [out / "runs" / run_dir_name(cfg) for cfg in configs]
-        sweep_json = {
-            "plan": str(Path(plan).resolve()),
-            "corpus": str(Path(corpus).resolve()),
-            "preset": preset,
-            "data_key": data.key,
-            "runs": [
-                {"run_id": c.run_id, "dir": d.name} for c, d in zip(configs, run_dirs, strict=True)
-            ],
-            "options": _options_dict(opts),
-        }
-        if group.nnodes > 1:
-            sweep_json["multinode"] = group.marker()
         if group.leader:
+            sweep_json = {
+                "plan": str(Path(plan).resolve()),
+                "corpus": str(Path(corpus).resolve()),
+                "preset": preset,
+                "data_key": data.key,
+                "runs": [
+                    {"run_id": c.run_id, "dir": d.name}
+                    for c, d in zip(configs, run_dirs, strict=True)
+                ],
+                "options": _options_dict(opts),
+            }
+            if group.marker() is not None:  # what the other nodes wait for
+                sweep_json["multinode"] = group.marker()
             atomic_write_json(out / "sweep.json", sweep_json)
         todo = [(c, d) for c, d in zip(configs, run_dirs, strict=True) if not is_finished(d)]
         skipped = len(configs) - len(todo)
