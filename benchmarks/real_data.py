@@ -193,6 +193,7 @@ def _summary_row(name: str, res) -> str:
     """One line of the summary: the stacked predictive over all ratios against the best law."""
     every = {r.law: r.metrics for r in res.rows if r.ratio_bin == "all"}
     st = every.pop("stacked")
+    every.pop("stacked-mixture", None)  # the same weights, mixed: not a single law
     best_mre = min(every, key=lambda k: every[k]["mre"])
     best_crps = min(every, key=lambda k: every[k]["crps"])
     cov = st["coverage"]

@@ -289,8 +289,9 @@ def enable_compile_cache() -> None:
         pass
 
 
-def predictive_line(ens: object) -> str:
-    """One line naming the predictive: the stacked laws and weights, or the single law."""
+def predictive_line(ens: object, combine: str | None = None) -> str:
+    """One line naming the predictive: the stacked laws and weights, or the single law; with
+    ``combine`` (``predict``), how the laws' intervals are combined."""
     note = ens.lfo.get("note") if isinstance(ens.lfo, dict) else None
     if len(ens.weights) == 1:
         name = next(iter(ens.weights))
@@ -307,6 +308,12 @@ def predictive_line(ens: object) -> str:
             + ", ".join(f"{k} {ens.weights[k]:.2f}" for k in order)
             + f"; {ens.weight_method}); --law NAME for one law"
         )
+        if combine is not None and sum(w > 0 for w in ens.weights.values()) > 1:
+            line += (
+                "; intervals average the laws' quantiles"
+                if combine == "quantile"
+                else "; intervals of the mixture of the laws"
+            )
     disc = [k for k, f in ens.fits.items() if f.discrepancy is not None]
     if disc:
         src = {ens.fits[k].discrepancy.source for k in disc}

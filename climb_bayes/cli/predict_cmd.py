@@ -73,6 +73,15 @@ __all__ = ["predict"]
     default=None,
     help="Predict with one law of the fit (e.g. climb) instead of the default stacked predictive.",
 )
+@click.option(
+    "--combine",
+    type=click.Choice(["quantile", "mixture"]),  # ensemble.COMBINE_METHODS
+    default="quantile",
+    show_default=True,
+    help="How the stacked laws' intervals are combined: average their quantiles with the "
+    "stacking weights, or mix their distributions (wider where the laws disagree; "
+    "docs/model.md).",
+)
 @click.option("--max-draws", type=int, default=None, help="Use at most this many posterior draws.")
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the observation-noise draws."
@@ -96,6 +105,7 @@ def predict(
     available: Path | None,
     max_epochs: float,
     law_name: str | None,
+    combine: str,
     max_draws: int | None,
     seed: int,
     out: Path | None,
@@ -129,7 +139,7 @@ def predict(
     if mixtures_file is not None:
         if mixture != "uniform":
             raise ClimbError("give --mixture (one) or --mixtures FILE (many), not both.")
-        _predict_many(fit, fit_file, ens, mixtures_file, budgets, lv, seed, n_samples, out)
+        _predict_many(fit, fit_file, ens, mixtures_file, budgets, lv, seed, n_samples, out, combine)
         return
     idx = thin_index(fit.n_draws, max_draws)
     law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
@@ -144,9 +154,10 @@ def predict(
         seed=seed,
         mixture_names=[m.name for m in mixes],
         n_samples=n_samples,
+        combine=combine,
     )
     click.echo(fit_header(fit, fit_file))
-    click.echo(predictive_line(ens))
+    click.echo(predictive_line(ens, combine))
     if fit.method != "nuts":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
@@ -196,6 +207,7 @@ def _predict_many(
     seed: int,
     n_samples: int,
     out: Path | None,
+    combine: str,
 ) -> None:
     """``predict --mixtures FILE``: every (mixture, budget) pair in one call of the predictive."""
     from climb_bayes.decisions.mixtures import read_mixtures_file
@@ -211,9 +223,10 @@ def _predict_many(
         seed=seed,
         mixture_names=[n for n in names for _ in budgets],
         n_samples=n_samples,
+        combine=combine,
     )
     click.echo(fit_header(fit, fit_file))
-    click.echo(predictive_line(ens))
+    click.echo(predictive_line(ens, combine))
     click.echo(f"{k} mixture(s) from {mixtures_file} x {nb} budget(s)")
     pred = table[table["quantity"] == "predictive"]
     header = ["mixture", "D", "language", "share", "median"]

@@ -281,6 +281,7 @@ def ensemble_table(
     seed: int = 0,
     mixture_names: Sequence[str] | None = None,
     n_samples: int = MIN_PREDICTIVE_SAMPLES,
+    combine: str = "quantile",
 ) -> pd.DataFrame:
     """Per-language predictions of a :class:`~climb_bayes.inference.ensemble.LawEnsemble` (the
     default predictive) at each (mixture, budget) pair.
@@ -296,7 +297,10 @@ def ensemble_table(
     levels, seed, mixture_names
         Interval levels, seed of the predictive draws, label per row.
     n_samples : int
-        Predictive samples (stacked over laws by weight).
+        Predictive samples (per law with ``combine="quantile"``, in all otherwise).
+    combine : {"quantile", "mixture"}
+        Average the laws' quantiles with the stacking weights (default) or mix their
+        distributions (:meth:`~climb_bayes.inference.ensemble.LawEnsemble.predictive_samples`).
 
     Returns
     -------
@@ -316,7 +320,7 @@ def ensemble_table(
     if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
         raise ClimbError(f"budgets must be positive numbers of tokens, got {budgets.tolist()}.")
     levels = tuple(float(x) for x in levels)
-    law, pred = ens.law_and_predictive_draws(r, budgets, n_samples, seed=seed)
+    law, pred = ens.law_and_predictive_draws(r, budgets, n_samples, seed=seed, combine=combine)
     summaries = {
         "expected": summarize(np.exp(law), levels),
         "predictive": summarize(np.exp(pred), levels),

@@ -7,6 +7,10 @@ leave-future-out discrepancy calibration and the stacking weights
 of a scored budget enters any fit, inner folds included (nested LFO). Scores are pooled per
 extrapolation ratio ``D_target / D_cut`` (:data:`climb_bayes.inference.lfo.RATIO_BINS`), for each
 law and for the stacked predictive: interval coverage (50/80/90/95%), CRPS and mean relative error.
+The stacked predictive is scored as shipped (:data:`STACKED`: the laws' quantiles averaged) and
+as the textbook mixture of the laws' distributions (:data:`STACKED_MIXTURE`), so the cost of
+either combination is visible (:mod:`climb_bayes.inference.ensemble`, "How the laws are
+combined").
 
 This is the check the interval needs: coverage on real runs at budgets larger than the fit.
 
@@ -42,10 +46,14 @@ __all__ = [
     "evaluate_extrapolation",
     "format_lfo_table",
     "STACKED",
+    "STACKED_MIXTURE",
 ]
 
 STACKED = "stacked"
-"""Name of the stacked predictive in the rows."""
+"""Name of the stacked predictive in the rows (quantile average, the shipped intervals)."""
+
+STACKED_MIXTURE = "stacked-mixture"
+"""Name of the mixture of the laws' predictives, same weights (for comparison)."""
 
 
 class LfoRow(NamedTuple):
@@ -204,7 +212,10 @@ def _evaluate_splits(
             for name, fit in ensemble.fits.items()
         }
         if len(ensemble.fits) > 1:
-            preds[STACKED] = ensemble.predictive_samples(test, n_predictive, seed=options.seed)
+            for name, combine in ((STACKED, "quantile"), (STACKED_MIXTURE, "mixture")):
+                preds[name] = ensemble.predictive_samples(
+                    test, n_predictive, seed=options.seed, combine=combine
+                )
         for name, s in preds.items():
             scored.setdefault(name, []).append((s, np.median(s, axis=0)))
         records.append(

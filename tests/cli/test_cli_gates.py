@@ -285,3 +285,25 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
     assert code == 2 and "--lfo-folds must be >= 1" in err
     code, _o, err = _run(["evaluate", runs, "--lfo", "--target-accept", "1.5"], capsys)
     assert code == 2 and "--target-accept must lie in (0, 1)" in err
+
+
+def test_predict_combine_option_names_the_rule(good_fit_path, capsys):
+    from types import SimpleNamespace
+
+    from climb_bayes.cli._decide import predictive_line
+
+    fits = {k: SimpleNamespace(discrepancy=None, method="nuts") for k in ("climb", "msl")}
+    ens = SimpleNamespace(weights={"climb": 0.6, "msl": 0.4}, fits=fits, lfo={}, weight_method="x")
+    assert "average the laws' quantiles" in predictive_line(ens, "quantile")
+    assert "mixture of the laws" in predictive_line(ens, "mixture")
+    assert "quantiles" not in predictive_line(ens)  # optimize/suggest: decisions mix the laws
+    one = SimpleNamespace(weights={"climb": 1.0, "msl": 0.0}, fits=fits, lfo={}, weight_method="x")
+    assert "quantiles" not in predictive_line(one, "quantile")  # one law: nothing to combine
+    code, _out, err = _run(
+        ["predict", good_fit_path, "--budget", "1e11", "--combine", "mixture"], capsys
+    )
+    assert code == 0, err
+    code, _out, err = _run(
+        ["predict", good_fit_path, "--budget", "1e11", "--combine", "average"], capsys
+    )
+    assert code == 2 and "average" in err

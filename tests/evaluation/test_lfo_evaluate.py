@@ -16,6 +16,7 @@ from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.evaluation.lfo_evaluate import (
     STACKED,
+    STACKED_MIXTURE,
     evaluate_extrapolation,
     evaluate_lfo,
     format_lfo_table,
@@ -98,7 +99,8 @@ def test_evaluate_cli_lfo(tmp_path, frame, capsys):
     payload = json.loads(out.read_text())
     assert payload["folds"][0]["cut"] == pytest.approx(2e9)  # one fold: the earliest cut
     assert abs(sum(payload["folds"][0]["weights"].values()) - 1) < 1e-9
-    assert {r["predictive"] for r in payload["rows"]} == {"climb", "isolated", STACKED}
+    predictives = {r["predictive"] for r in payload["rows"]}
+    assert predictives == {"climb", "isolated", STACKED, STACKED_MIXTURE}
     assert np.isfinite([r["crps"] for r in payload["rows"]]).all()
 
 

@@ -14,7 +14,14 @@ import climb_bayes  # noqa: F401
 from climb_bayes.data.design import algorithm1_design
 from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import runs_from_frame
-from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble, stacking_weights
+from climb_bayes.errors import ClimbError
+from climb_bayes.inference.ensemble import (
+    EnsembleOptions,
+    fit_ensemble,
+    quantile_average,
+    stacking_weights,
+)
+from climb_bayes.inference.predictive import predictive_samples
 from climb_bayes.laws.base import FitOptions, Law, ParamSpec
 from climb_bayes.laws.registry import get_law
 from climb_bayes.model.discrepancy import DiscrepancyPrior, LfoResiduals, calibrate
@@ -73,6 +80,52 @@ def test_generating_law_wins_and_a_constant_law_gets_nothing(isolated_world):
     assert sum(ens.weights.values()) == pytest.approx(1.0)
     assert ens.weights["isolated"] > 0.8
     assert ens.weights["constant"] < 0.01
+
+
+def test_quantile_average_keeps_the_spread_where_a_mixture_adds_the_disagreement():
+    # two calibrated forecasts 2 sd apart: averaging their quantiles gives N(0, 1) (centre
+    # and spread averaged); mixing them gives sd sqrt(2) and a 50% interval 1.7x as wide
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(-1.0, 1.0, (20000, 3)), rng.normal(1.0, 1.0, (20000, 3))
+    avg = quantile_average([a, b], [0.5, 0.5])
+    assert avg.shape == a.shape
+    np.testing.assert_allclose(np.median(avg, axis=0), 0.0, atol=0.03)
+    np.testing.assert_allclose(avg.std(axis=0), 1.0, atol=0.03)
+    mixture = np.concatenate([a[:10000], b[:10000]])
+    q = [0.25, 0.75]
+    width = np.diff(np.quantile(avg, q, axis=0), axis=0)
+    assert np.all(np.diff(np.quantile(mixture, q, axis=0), axis=0) > 1.5 * width)
+    # weights are normalised and shift the centre; one law alone is its own sorted draws
+    np.testing.assert_allclose(
+        np.median(quantile_average([a, b], [1.0, 3.0]), axis=0), 0.5, atol=0.03
+    )
+    np.testing.assert_array_equal(quantile_average([a, b], [0.0, 2.0]), np.sort(b, axis=0))
+    with pytest.raises(ClimbError, match="one weight"):
+        quantile_average([a, b], [0.5])
+    with pytest.raises(ClimbError, match="one shape"):
+        quantile_average([a, b[:100]], [0.5, 0.5])
+
+
+def test_stacked_intervals_average_the_laws_quantiles(isolated_world):
+    from dataclasses import replace
+
+    ens = fit_ensemble(
+        isolated_world,
+        [get_law("isolated"), get_law("dml")],
+        FitOptions(n_starts=1, max_iter=300),
+        EnsembleOptions(method="map", lfo="none"),
+    )
+    ens = replace(ens, weights={"isolated": 0.3, "dml": 0.7})
+    test = isolated_world.select(isolated_world.tokens >= 4e9)
+    q = [0.05, 0.5, 0.95]
+    laws = [predictive_samples(ens.fits[k], test, 500, seed=j) for j, k in enumerate(ens.fits)]
+    stacked = ens.predictive_samples(test, 500, seed=0)
+    expected = 0.3 * np.quantile(laws[0], q, axis=0) + 0.7 * np.quantile(laws[1], q, axis=0)
+    np.testing.assert_allclose(np.quantile(stacked, q, axis=0), expected, rtol=0, atol=1e-12)
+    mixture = ens.predictive_samples(test, 500, seed=0, combine="mixture")
+    assert mixture.shape == stacked.shape
+    with pytest.raises(ClimbError, match="combine"):
+        ens.predictive_samples(test, 10, combine="average")
 
 
 def test_a_law_without_stacking_weight_gets_the_cheaper_full_fit(isolated_world):
