@@ -841,7 +841,7 @@ def test_ranks_launched_for_different_runs_refuse_to_train(tmp_path):
         "try:\n"
         "    train_run(cfg, None, sys.argv[1], RunOptions(device='cpu', threads=1))\n"
         "except TrainingError as e:\n"
-        "    print('REFUSED', e, flush=True)\n"
+        "    os.write(1, f'REFUSED {e}\\n'.encode())  # one write: the ranks share stdout\n"
         "    sys.exit(3)\n"
     )
     proc = subprocess.run(
