@@ -203,6 +203,7 @@ def predict(
     levels: Sequence[float] = (0.5, 0.9),
     seed: int = 0,
     n_samples: int = 4000,
+    combine: str = "quantile",
 ) -> pd.DataFrame:
     """Loss of every language at given mixtures and budgets, with intervals (``predict``).
 
@@ -220,6 +221,9 @@ def predict(
         Central interval levels.
     seed, n_samples : int
         Predictive draws.
+    combine : {"quantile", "mixture"}
+        How the stacked laws' intervals are combined: their quantiles averaged with the
+        stacking weights, or their distributions mixed (``predict --combine``).
 
     Returns
     -------
@@ -245,7 +249,9 @@ def predict(
     ens = fit.ensemble()
     if law is not None:
         ens = ens.only(law.strip().lower())
-    return ensemble_table(ens, rows, budgets, levels=levels, seed=seed, n_samples=n_samples)
+    return ensemble_table(
+        ens, rows, budgets, levels=levels, seed=seed, n_samples=n_samples, combine=combine
+    )
 
 
 def optimize(
