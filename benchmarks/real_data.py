@@ -50,7 +50,12 @@ from climb_bayes.data.published import (  # noqa: E402
     shared_data_dir,
 )
 from climb_bayes.evaluation.holdout_scores import EvalRow, evaluate_laws, format_table  # noqa: E402
-from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation, format_lfo_table  # noqa: E402
+from climb_bayes.evaluation.lfo_evaluate import (  # noqa: E402
+    STACKED,
+    STACKED_MIXTURE,
+    evaluate_extrapolation,
+    format_lfo_table,
+)
 from climb_bayes.inference.ensemble import EnsembleOptions  # noqa: E402
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
 
@@ -192,8 +197,8 @@ def run_pipeline(data: Path, method: str, quick: bool) -> list[str]:
 def _summary_row(name: str, res) -> str:
     """One line of the summary: the stacked predictive over all ratios against the best law."""
     every = {r.law: r.metrics for r in res.rows if r.ratio_bin == "all"}
-    st = every.pop("stacked")
-    every.pop("stacked-mixture", None)  # the same weights, mixed: not a single law
+    st = every.pop(STACKED)
+    every.pop(STACKED_MIXTURE, None)  # the same weights, mixed: not a single law
     best_mre = min(every, key=lambda k: every[k]["mre"])
     best_crps = min(every, key=lambda k: every[k]["crps"])
     cov = st["coverage"]

@@ -76,7 +76,7 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
     from training.metrics import peak_memory_gb
     from training.presets import (
         build_model,
-        compile_blocks,
+        compile_model,
         count_parameters,
         enable_activation_checkpointing,
         get_preset,
@@ -99,10 +99,8 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
     n = count_parameters(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     fwd = CausalLMLoss(model, args.loss_chunk_tokens)
-    if args.compile and args.compile_scope == "blocks":
-        compile_blocks(model)
-    elif args.compile:
-        fwd = torch.compile(fwd)
+    if args.compile:
+        fwd = compile_model(fwd, model, args.compile_scope)
     amp = (
         (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
         if bf16

@@ -41,9 +41,9 @@ from training.flops import device_peak, flops_per_token, mfu
 from training.metrics import MetricsLog, peak_memory_gb
 from training.mixture import Mixture, batch_arrays, build_mixture, token_budgets
 from training.presets import (
-    COMPILE_SCOPES,
     build_model,
-    compile_blocks,
+    check_compile_scope,
+    compile_model,
     count_parameters,
     enable_activation_checkpointing,
     get_preset,
@@ -399,10 +399,7 @@ def train_run(
     from training.loss import CausalLMLoss, loss_sum  # torch at import: only when training
 
     opts = opts or RunOptions()
-    if opts.compile_scope not in COMPILE_SCOPES:
-        raise TrainingError(
-            f"compile scope {opts.compile_scope!r}: use one of {', '.join(COMPILE_SCOPES)}."
-        )
+    check_compile_scope(opts.compile_scope)  # before the process group starts
     run_dir = Path(run_dir)
     if is_finished(run_dir):
         return read_record(run_dir) or {}
@@ -523,10 +520,8 @@ def train_run(
 
         model = DDP(model, device_ids=[env.device.index] if env.device.type == "cuda" else None)
     uncompiled = model  # evaluation: no_grad would make the compiled model recompile
-    if opts.compile and opts.compile_scope == "blocks":
-        compile_blocks(raw_model)  # in place: every wrapper above sees the compiled blocks
-    elif opts.compile:
-        model = torch.compile(model)
+    if opts.compile:
+        model = compile_model(model, raw_model, opts.compile_scope)
 
     def amp() -> Any:
         if use_bf16 and not fsdp:

@@ -31,7 +31,9 @@ __all__ = [
     "count_parameters",
     "enable_activation_checkpointing",
     "COMPILE_SCOPES",
+    "check_compile_scope",
     "compile_blocks",
+    "compile_model",
 ]
 
 
@@ -153,6 +155,26 @@ def enable_activation_checkpointing(model: Any, every_n_layers: int = 1) -> None
 COMPILE_SCOPES = ("model", "blocks")
 """What ``--compile`` compiles: the whole model (with the loss), or each decoder block
 (:func:`compile_blocks`)."""
+
+
+def check_compile_scope(scope: str) -> None:
+    """Refuse a compile scope that is not one of :data:`COMPILE_SCOPES`."""
+    if scope not in COMPILE_SCOPES:
+        raise TrainingError(f"compile scope {scope!r}: use one of {', '.join(COMPILE_SCOPES)}.")
+
+
+def compile_model(runner: Any, model: Any, scope: str = "model") -> Any:
+    """What a compiled training step calls: ``torch.compile(runner)`` for ``scope="model"``
+    (``runner`` is the model, its loss module or a DDP wrapper of them); for ``"blocks"``
+    ``model``'s decoder blocks are compiled in place (:func:`compile_blocks`) and ``runner`` is
+    returned as it is (every wrapper sees the compiled blocks)."""
+    check_compile_scope(scope)
+    if scope == "blocks":
+        compile_blocks(model)
+        return runner
+    import torch
+
+    return torch.compile(runner)
 
 
 def compile_blocks(model: Any, **compile_kwargs: Any) -> int:

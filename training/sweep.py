@@ -392,8 +392,9 @@ def run_sweep(
                 ],
                 "options": _options_dict(opts),
             }
-            if group.marker() is not None:  # what the other nodes wait for
-                sweep_json["multinode"] = group.marker()
+            marker = group.marker()
+            if marker is not None:  # what the other nodes wait for
+                sweep_json["multinode"] = marker
             atomic_write_json(out / "sweep.json", sweep_json)
         todo = [(c, d) for c, d in zip(configs, run_dirs, strict=True) if not is_finished(d)]
         skipped = len(configs) - len(todo)

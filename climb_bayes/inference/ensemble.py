@@ -237,18 +237,13 @@ class LawEnsemble:
         column sorted; for intervals and scores per observation); ``"mixture"``: each law
         contributes draws in proportion to its weight (joint draws of the textbook stack).
         """
-        _check_combine(combine)
-        if combine == "quantile":
-            names = list(self._positive())
-            draws = [
-                predictive_samples(self.fits[name], obs, n_samples, seed=seed + k, **kw)
-                for k, name in enumerate(names)
-            ]
-            return quantile_average(draws, [self.weights[k] for k in names])
-        parts = []
-        for k, (name, count) in enumerate(self.allocation(n_samples).items()):
-            parts.append(predictive_samples(self.fits[name], obs, count, seed=seed + k, **kw))
-        return np.concatenate(parts, axis=0)
+        (out,) = self._combined(
+            lambda fit, n, s: (predictive_samples(fit, obs, n, seed=s, **kw),),
+            n_samples,
+            seed,
+            combine,
+        )
+        return out
 
     def log_predictive_density(self, obs: Observations, *, seed: int = 0, **kw: Any) -> np.ndarray:
         """``(N,)`` ``log sum_k w_k p_k(y)`` of each observation: the density of the mixture
@@ -272,24 +267,35 @@ class LawEnsemble:
         """``(n, B, m)`` stacked draws of the laws' ``log L`` (parameters only) and of a new
         run's ``log y`` (full predictive) at mixtures ``r`` ``(B, m)`` and budgets ``(B,)``,
         combined as in :meth:`predictive_samples`."""
+        law, pred = self._combined(
+            lambda fit, n, s: law_and_predictive_draws(fit, r, tokens, n, seed=s),
+            n_samples,
+            seed,
+            combine,
+        )
+        return law, pred
+
+    def _combined(
+        self,
+        draw: Callable[[LawFit, int, int], tuple[np.ndarray, ...]],
+        n_samples: int,
+        seed: int,
+        combine: str,
+    ) -> tuple[np.ndarray, ...]:
+        """Each law's ``draw(fit, n, seed)`` (a tuple of ``(n, ...)`` arrays; law ``k`` of the
+        positive weights gets ``seed + k``), combined per array: :func:`quantile_average` of
+        ``n_samples`` draws per law, or ``n_samples`` draws shared out by weight (mixture)."""
         _check_combine(combine)
         if combine == "quantile":
             names = list(self._positive())
-            pairs = [
-                law_and_predictive_draws(self.fits[name], r, tokens, n_samples, seed=seed + k)
-                for k, name in enumerate(names)
-            ]
+            parts = [draw(self.fits[name], n_samples, seed + k) for k, name in enumerate(names)]
             w = [self.weights[k] for k in names]
-            return (
-                quantile_average([a for a, _ in pairs], w),
-                quantile_average([b for _, b in pairs], w),
-            )
-        laws, preds = [], []
-        for k, (name, count) in enumerate(self.allocation(n_samples).items()):
-            a, b = law_and_predictive_draws(self.fits[name], r, tokens, count, seed=seed + k)
-            laws.append(a)
-            preds.append(b)
-        return np.concatenate(laws), np.concatenate(preds)
+            return tuple(quantile_average(list(arrays), w) for arrays in zip(*parts, strict=True))
+        parts = [
+            draw(self.fits[name], count, seed + k)
+            for k, (name, count) in enumerate(self.allocation(n_samples).items())
+        ]
+        return tuple(np.concatenate(arrays, axis=0) for arrays in zip(*parts, strict=True))
 
     def point(self, obs: Observations, **kw: Any) -> np.ndarray:
         """``(N,)`` point prediction of ``log y``: weighted mean of the laws' median centres."""
