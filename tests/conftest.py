@@ -11,11 +11,20 @@ their own.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
 
-import climb_bayes
+# No persistent compilation cache in the suite: tests must not write into the user's
+# ~/.cache, and in one long process JAX 0.10.2 crashed (SIGSEGV / abort) serialising a
+# freshly compiled Hessian into it (tests/inference/test_fit.py, 2026-11-26; not reproduced in
+# a fresh process). Tests that check the cache settings set these variables themselves.
+os.environ.setdefault("CLIMB_BAYES_CACHE", "off")
+os.environ.setdefault("CLIMB_BAYES_COMPILE_CACHE", "0")
+
+import climb_bayes  # noqa: E402
 from climb_bayes.data.design import algorithm1_design, holdout_design
 from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.inference.fitting import fit_runs

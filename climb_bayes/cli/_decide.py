@@ -126,7 +126,11 @@ def fit_header(fit: object, path: Path) -> str:
     runs = fit.runs
     budgets = np.unique(np.asarray(runs.run_budgets))
     pri = fit.priors
-    lik = f"Student-t(df={pri.student_df:g})" if pri.likelihood == "student_t" else "Normal"
+    lik = "Normal"
+    if pri.learned_df:
+        lik = "Student-t(df learned per language)"
+    elif pri.likelihood == "student_t":
+        lik = f"Student-t(df={pri.fixed_df:g})"
     kind = "NUTS posterior" if fit.method == "nuts" else "point fit (no parameter uncertainty)"
     return (
         f"fit {path}: {kind}, {fit.n_draws} draw(s), {len(fit.languages)} languages "

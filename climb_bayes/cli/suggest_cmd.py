@@ -108,7 +108,7 @@ def suggest(
     from climb_bayes.decisions.decision import bayes_decision, draw_losses
     from climb_bayes.decisions.mixtures import parse_weights
     from climb_bayes.decisions.optimization import thin_index
-    from climb_bayes.decisions.prediction import NoiseModel, noise_model
+    from climb_bayes.decisions.prediction import noise_model
     from climb_bayes.decisions.solvers import direct_batch
     from climb_bayes.decisions.suggest import default_candidates, rank_candidates, read_candidates
     from climb_bayes.model.law import LawParams
@@ -128,7 +128,7 @@ def suggest(
     idx = thin_index(fit.n_draws, max_draws)
     law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
     nm0 = noise_model(fit)
-    nm = NoiseModel(nm0.sigma[idx], nm0.likelihood, nm0.df)
+    nm = nm0.take(idx)
     m = len(langs)
     lo, hi = np.zeros(m), np.ones(m)
     enable_compile_cache()

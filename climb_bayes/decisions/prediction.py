@@ -71,17 +71,31 @@ class NoiseModel:
         Noise scale per draw and language (log-loss units).
     likelihood : str
         ``"student_t"`` or ``"normal"``.
-    df : float
-        Degrees of freedom of the Student-t.
+    df : float or ndarray (S, m)
+        Degrees of freedom of the Student-t (per draw and language where learned).
     """
 
     sigma: np.ndarray
     likelihood: str = "student_t"
-    df: float = 4.0
+    df: float | np.ndarray = 4.0
 
     def __post_init__(self) -> None:
         if self.likelihood not in LIKELIHOODS:
             raise ClimbError(f"likelihood must be one of {', '.join(LIKELIHOODS)}.")
+        if np.ndim(self.df) and np.shape(self.df) != np.shape(self.sigma):
+            raise ClimbError(
+                f"df draws have shape {np.shape(self.df)}, sigma draws {np.shape(self.sigma)}: "
+                "take both from the same draws (NoiseModel.take)."
+            )
+
+    def df_draws(self) -> np.ndarray:
+        """``(S, m)`` degrees of freedom of every draw and language."""
+        return np.broadcast_to(np.asarray(self.df, dtype=float), self.sigma.shape)
+
+    def take(self, idx: np.ndarray) -> NoiseModel:
+        """The noise of the draws ``idx``."""
+        df = self.df if np.ndim(self.df) == 0 else np.asarray(self.df)[idx]
+        return NoiseModel(self.sigma[idx], self.likelihood, df)
 
 
 def noise_model(fit: object) -> NoiseModel:
@@ -93,7 +107,8 @@ def noise_model(fit: object) -> NoiseModel:
     sigma = np.asarray(fit.sigma_draws(), dtype=float)
     if "sigma_run" in fit.tree["posterior"]:
         sigma = np.hypot(sigma, np.asarray(fit.draws("sigma_run"), dtype=float))
-    return NoiseModel(sigma, priors.likelihood, priors.student_df)
+    df = np.asarray(fit.draws("df"), dtype=float) if priors.learned_df else priors.fixed_df
+    return NoiseModel(sigma, priors.likelihood, 4.0 if df is None else df)
 
 
 def law_log_loss(params: LawParams, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -139,7 +154,8 @@ def predictive_log_loss(
     rng = np.random.default_rng(seed)
     shape = (n_rep,) + log_l.shape
     if noise.likelihood == "student_t":
-        e = rng.standard_t(noise.df, size=shape)
+        df = np.asarray(noise.df, dtype=float)
+        e = rng.standard_t(df[None, :, None, :] if df.ndim else df, size=shape)
     else:
         e = rng.standard_normal(size=shape)
     out = log_l[None] + noise.sigma[None, :, None, :] * e

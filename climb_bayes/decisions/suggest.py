@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import scipy.special
+import scipy.stats
 
 from climb_bayes.data.design import format_budget
 from climb_bayes.decisions.mixtures import format_mixture
@@ -152,11 +153,14 @@ def weighted_spread(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.sum(np.maximum(second - mean**2, 0.0), axis=-1)
 
 
-def _loglik(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray, noise: NoiseModel) -> np.ndarray:
-    # Log density up to a constant common to every draw (it cancels in the weights).
+def _loglik(
+    y: np.ndarray, mu: np.ndarray, sigma: np.ndarray, noise: NoiseModel, df: np.ndarray
+) -> np.ndarray:
+    # Log density; the Normal's constant is common to every draw (it cancels in the weights),
+    # the Student-t's is not where each draw has its own df.
     z = (y - mu) / sigma
     if noise.likelihood == "student_t":
-        return -0.5 * (noise.df + 1.0) * np.log1p(z * z / noise.df) - np.log(sigma)
+        return scipy.stats.t.logpdf(z, df) - np.log(sigma)
     return -0.5 * z * z - np.log(sigma)
 
 
@@ -223,13 +227,15 @@ def rank_candidates(
         tokens = cand.budget * fr
         mu = law_log_loss(params, np.tile(cand.shares, (fr.size, 1)), tokens)[:, :, keep]
         sig = noise.sigma[:, keep]  # (S, m')
+        df = noise.df_draws()[:, keep]  # (S, m')
         truth = rng.integers(0, s, size=n_outcomes)
         if noise.likelihood == "student_t":
-            e = rng.standard_t(noise.df, size=(n_outcomes,) + mu.shape[1:])
+            e = rng.standard_t(df[truth][:, None, :], size=(n_outcomes,) + mu.shape[1:])
         else:
             e = rng.standard_normal(size=(n_outcomes,) + mu.shape[1:])
         y = mu[truth] + sig[truth][:, None, :] * e  # (K, F, m')
-        ll = _loglik(y[:, None], mu[None], sig[None, :, None, :], noise).sum(axis=(2, 3))  # (K, S)
+        ll = _loglik(y[:, None], mu[None], sig[None, :, None, :], noise, df[None, :, None, :])
+        ll = ll.sum(axis=(2, 3))  # (K, S)
         ll[np.arange(n_outcomes), truth] = -np.inf  # leave the generating draw out
         w = np.exp(ll - scipy.special.logsumexp(ll, axis=1, keepdims=True))
         after = weighted_spread(q, w)  # (K,)

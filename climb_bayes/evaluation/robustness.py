@@ -7,7 +7,8 @@ Studies (each returns a JSON-able dict with a one-line ``verdict`` and a ``flagg
     priors (NUTS fits; the ``log_prior`` group is built here since ``from_numpyro`` does not),
     and refits under alternative prior sets.
 ``likelihood``
-    Refit with the other likelihood (Student-t <-> Normal) and with Student-t df 10.
+    Refit with the other likelihood (Student-t <-> Normal) and with a fixed Student-t df (4
+    against a learned df; 10 against a fixed 4).
 ``budget``
     Leave the largest fitted budget out.
 ``influence``
@@ -141,7 +142,7 @@ def _latent_draws(fit: Fit) -> dict[str, np.ndarray]:
     stored plain ``b`` saturated under that name.
     """
     post = fit.tree["posterior"]
-    natural = [*NATURAL_SITES, "sigma_run", "mu_b", "tau_b", "b_z"]
+    natural = [*NATURAL_SITES, "sigma_run", "df", "mu_b", "tau_b", "b_z"]
     values = {n: fit.draws(n) for n in natural if n in post}
     data = model_data(fit.runs, fit.priors, d_ref=fit.d_ref)
     return sampler_coordinates(values, data, fit.priors)
@@ -620,8 +621,9 @@ def _refit_groups(
     if "likelihood" in studies:
         other = "normal" if base_priors.likelihood == "student_t" else "student_t"
         alternatives = [(other, base_priors.replace(likelihood=other))]
-        if base_priors.likelihood == "student_t":
-            alternatives.append(("student_t df 10", base_priors.replace(student_df=10.0)))
+        if base_priors.likelihood == "student_t":  # a fixed df against the fit's own
+            fixed = 4.0 if base_priors.learned_df or base_priors.fixed_df != 4.0 else 10.0
+            alternatives.append((f"student_t df {fixed:g}", base_priors.replace(student_df=fixed)))
         for name, priors in alternatives:
             groups.append(
                 RefitGroup(f"likelihood: {name}", priors, [Variant(name, "likelihood", ones)])

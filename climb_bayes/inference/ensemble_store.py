@@ -5,7 +5,8 @@ Layout inside ``fit.nc`` (besides CLIMB's own groups at the root):
 
 * ``laws/<name>``: each other law's posterior draws (dim ``draw``), ``sigma`` and ``sigma_run``
   (dims ``draw, language``); attributes ``law`` (:func:`~climb_bayes.laws.registry.law_spec`),
-  ``d_ref``, ``method``, ``likelihood``, ``student_df``, ``info`` (JSON);
+  ``d_ref``, ``method``, ``likelihood``, ``student_df`` (a number, or ``"learned"`` with the
+  draws in the variable ``student_df``), ``info`` (JSON);
 * ``discrepancy/<name>``: ``tau`` (``draw, language``), ``rho`` (``draw``), ``lo``, ``hi``
   (``language``, tokens); attributes ``source``, ``length_scale``, ``growth`` (absent in fits
   stored before the bend term: read as ``"linear"``);
@@ -29,6 +30,7 @@ from climb_bayes.inference.ensemble import LawEnsemble
 from climb_bayes.laws.base import LawFit
 from climb_bayes.laws.registry import law_from_spec, law_spec
 from climb_bayes.model.discrepancy import Discrepancy, discrepancy_prior, prior_discrepancy
+from climb_bayes.model.priors import LEARNED
 
 __all__ = ["store_ensemble", "load_ensemble", "discrepancy_from_tree", "OLD_FILE_NOTE"]
 
@@ -76,12 +78,15 @@ def _law_tree(fit: LawFit) -> xr.DataTree:
     data["sigma"] = (("draw", "language"), np.asarray(fit.sigma))
     if fit.sigma_run is not None:
         data["sigma_run"] = (("draw", "language"), np.asarray(fit.sigma_run))
+    learned = np.ndim(fit.student_df) > 0
+    if learned:
+        data["student_df"] = (("draw", "language"), np.asarray(fit.student_df))
     attrs = {
         "law": law_spec(fit.law),
         "d_ref": float(fit.d_ref),
         "method": fit.method,
         "likelihood": fit.likelihood,
-        "student_df": float(fit.student_df),
+        "student_df": LEARNED if learned else float(fit.student_df),
         "info": json.dumps({k: v for k, v in fit.info.items() if _plain(v)}),
     }
     return xr.DataTree(xr.Dataset(data, coords={"language": list(fit.groups)}, attrs=attrs))
@@ -128,9 +133,10 @@ def load_ensemble(fit: Any) -> LawEnsemble:
         node = tree[f"laws/{name}"]
         ds = node.to_dataset()
         law = law_from_spec(ds.attrs["law"])
-        draws = {
-            k: np.asarray(ds[k].values) for k in ds.data_vars if k not in ("sigma", "sigma_run")
-        }
+        noise = ("sigma", "sigma_run", "student_df")
+        draws = {k: np.asarray(ds[k].values) for k in ds.data_vars if k not in noise}
+        df = ds.attrs["student_df"]
+        df = np.asarray(ds["student_df"].values) if df == LEARNED else float(df)
         fits[name] = LawFit(
             law,
             fit.languages,
@@ -139,7 +145,7 @@ def load_ensemble(fit: Any) -> LawEnsemble:
             draws,
             np.asarray(ds["sigma"].values),
             str(ds.attrs["likelihood"]),
-            float(ds.attrs["student_df"]),
+            df,
             info=json.loads(ds.attrs.get("info", "{}")),
             sigma_run=np.asarray(ds["sigma_run"].values) if "sigma_run" in ds else None,
             fit_obs=law.usable(obs) if obs is not None else None,

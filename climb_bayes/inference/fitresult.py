@@ -56,6 +56,7 @@ PARAM_DIMS: dict[str, list[str]] = {
     "eta": ["language"],
     "sigma": ["language"],
     "sigma_run": ["language"],
+    "df": ["language"],
     "b_offdiag": ["pair"],
     "b_z": ["pair"],
     "kappa_offdiag": ["pair"],

@@ -119,14 +119,20 @@ def _likelihood(
 
 
 def _posterior_predictive(
-    key: jax.Array, data: ModelData, priors: Priors, parts: tuple
+    key: jax.Array,
+    data: ModelData,
+    priors: Priors,
+    parts: tuple,
+    samples: dict[str, np.ndarray],
 ) -> np.ndarray:
     """Replicated ``log_loss`` for every posterior draw, ``(draws, obs)``, from
     :func:`_likelihood`'s location and scales; the noise is drawn by NumPy
     (:func:`climb_bayes.model.observation.draw_noise`), seeded from ``key``."""
     loc, scale, run_scale, _ = parts
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)))
-    df = None if priors.likelihood == "normal" else priors.student_df
+    df = priors.fixed_df
+    if priors.learned_df:  # (S, N): each draw's df of the observation's language
+        df = np.asarray(samples["df"])[:, data.obs_language]
     group = data.obs_group if data.obs_group is not None else np.arange(loc.shape[-1])
     return loc + draw_noise(rng, scale, run_scale, group, df)
 
@@ -141,7 +147,7 @@ def _map_tree(
     posterior = {k: np.asarray(v)[None] for k, v in everything.items() if k != "log_loss"}
     posterior |= {k: np.asarray(v)[None] for k, v in one.items()}
     parts = _likelihood(one, data, priors)
-    pp = _posterior_predictive(key, data, priors, parts)
+    pp = _posterior_predictive(key, data, priors, parts, one)
     return _fit_tree(posterior, None, pp[None], parts[3][None], data, runs, priors)
 
 
@@ -290,7 +296,7 @@ def fit_runs(
         elapsed = time.perf_counter() - t0
         log(f"NUTS done in {elapsed:.1f} s")
         parts = _likelihood(samples, data, priors)
-        pp = _posterior_predictive(k_pp, data, priors, parts)
+        pp = _posterior_predictive(k_pp, data, priors, parts, samples)
         pp = pp.reshape((config.chains, -1) + pp.shape[1:])
         ll = parts[3].reshape((config.chains, -1) + parts[3].shape[1:])
         by_chain = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}

@@ -43,6 +43,7 @@ from climb_bayes.errors import ClimbError
 from climb_bayes.inference.laplace import evidence_picks, mode_starts
 from climb_bayes.inference.point_fit import PointFit
 from climb_bayes.model.climb_model import ModelData, climb_model, sampler_coordinates
+from climb_bayes.model.observation import DF_MIN, LEARNED_DF_START
 from climb_bayes.model.priors import Priors
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
     "resolve_chain_method",
     "prior_centre",
     "chain_inits",
-    "POSITIVE_SITES",
+    "LOWER_BOUNDED_SITES",
     "from_unconstrained",
 ]
 
@@ -117,6 +118,8 @@ def prior_centre(data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
     }
     if priors.run_effect:
         centre["sigma_run"] = np.full(m, priors.run_effect_scale / 2)
+    if priors.learned_df:
+        centre["df"] = np.full(m, LEARNED_DF_START)
     if priors.hierarchical_transfer:
         centre |= {
             "mu_b": np.zeros(()),
@@ -141,7 +144,7 @@ def _jittered_inits(
         "b_z": 1.0,
         "mu_b": priors.transfer_scale,
     }
-    log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "sigma_run": 0.5, "tau_b": 0.5}
+    log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "sigma_run": 0.5, "tau_b": 0.5, "df": 0.5}
     out = {}
     for name, z in site_normals(key, base, chains).items():
         value = np.asarray(base[name], float)
@@ -301,15 +304,18 @@ def nuts_mcmc(
     )
 
 
-POSITIVE_SITES = frozenset({"eta", "sigma", "sigma_run", "tau_b"})
-"""Latent sites NUTS moves on the log scale (NumPyro's default transform); the rest are real."""
+LOWER_BOUNDED_SITES = {"eta": 0.0, "sigma": 0.0, "sigma_run": 0.0, "tau_b": 0.0, "df": DF_MIN}
+"""Latent sites NUTS moves as ``log(value - bound)`` (NumPyro's default transform of a
+``greater_than(bound)`` support); the rest are real."""
 
 
 def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
-    """Map positive sites to the log scale NUTS works on (NumPyro's default transforms)."""
-    return {k: jnp.log(v) if k in POSITIVE_SITES else jnp.asarray(v) for k, v in values.items()}
+    """Map bounded sites to the log scale NUTS works on (NumPyro's default transforms)."""
+    bound = LOWER_BOUNDED_SITES
+    return {k: jnp.log(v - bound[k]) if k in bound else jnp.asarray(v) for k, v in values.items()}
 
 
 def from_unconstrained(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Inverse of the sampler's transforms: latent values from NUTS's coordinates."""
-    return {k: np.exp(v) if k in POSITIVE_SITES else np.asarray(v) for k, v in values.items()}
+    bound = LOWER_BOUNDED_SITES
+    return {k: np.exp(v) + bound[k] if k in bound else np.asarray(v) for k, v in values.items()}

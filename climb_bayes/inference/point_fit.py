@@ -27,6 +27,7 @@ import scipy.optimize
 
 from climb_bayes.model.climb_model import ModelData, pair_indices
 from climb_bayes.model.law import log_loss
+from climb_bayes.model.observation import LEARNED_DF_START
 from climb_bayes.model.priors import Priors
 
 __all__ = [
@@ -418,4 +419,6 @@ def point_fit(
         values["sigma"], values["sigma_run"] = run_noise_split(
             resid, data.obs_language, data.obs_group, m
         )
+    if priors.learned_df:  # not estimated by the point fit: the prior's mode (NUTS starts)
+        values["df"] = np.full(m, LEARNED_DF_START)
     return PointFit(values, res.fun, res.n_starts, res.n_converged, resid)

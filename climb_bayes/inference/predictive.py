@@ -151,15 +151,13 @@ def predictive_parts(
     law = fit.predict_obs(obs)
     s_draws = law.shape[0]
     sigma = fit.sigma[:, obs.group]
-    df0 = np.inf if fit.likelihood == "normal" else float(fit.student_df)
+    df = fit.df_draws()[:, obs.group]  # (S, N); inf for the Normal
     shift = np.zeros_like(law)
     if fit.sigma_run is None:
         scale = sigma
-        df = np.full_like(law, df0)
     else:
         t = fit.sigma_run[:, obs.group]
         scale = np.sqrt(sigma**2 + t**2)
-        df = np.full_like(law, df0)
         if known_runs and fit.fit_obs is not None and fit.fit_obs.n:
             st, idx = _run_stats(fit, obs)
             known = idx >= 0
@@ -170,7 +168,7 @@ def predictive_parts(
                     sub,
                     jnp.asarray(sigma[:, known]),
                     jnp.asarray(t[:, known]),
-                    None if np.isinf(df0) else df0,
+                    None if fit.likelihood == "normal" else jnp.asarray(df[:, known]),
                 )
                 shift[:, known] = np.asarray(sh)
                 scale[:, known] = np.asarray(sc)
@@ -258,11 +256,12 @@ def pointwise_log_likelihood(fit: LawFit, obs: Observations) -> np.ndarray:
     """``(S, G)`` log-likelihood of each (run, group) of ``obs`` per draw (``(S, N)`` per point
     when the fit has no run effect): the units PSIS-LOO leaves out."""
     law = fit.predict_obs(obs)
-    df = None if fit.likelihood == "normal" else float(fit.student_df)
+    normal = fit.likelihood == "normal"
+    df = fit.df_draws()[:, obs.group]  # (S, N)
     sigma = fit.sigma[:, obs.group]
     if fit.sigma_run is None:
         z = (obs.log_loss[None, :] - law) / sigma
-        dens = stats.norm.logpdf(z) if df is None else stats.t.logpdf(z, df)
+        dens = stats.norm.logpdf(z) if normal else stats.t.logpdf(z, df)
         return dens - np.log(sigma)
     from climb_bayes.model.observation import GroupedNoise
 
@@ -270,11 +269,15 @@ def pointwise_log_likelihood(fit: LawFit, obs: Observations) -> np.ndarray:
     n_groups = int(obs.obs_group.max()) + 1
     y = jnp.asarray(obs.log_loss)
 
-    def one(loc: jax.Array, s: jax.Array, t: jax.Array) -> jax.Array:
-        return GroupedNoise(loc, s, t, group, df).group_log_prob(y)[:n_groups]
+    fixed = None if normal else float(fit.student_df) if np.ndim(fit.student_df) == 0 else None
+
+    def one(loc: jax.Array, s: jax.Array, t: jax.Array, nu: jax.Array) -> jax.Array:
+        df_arg = None if normal else (fixed if fixed is not None else nu)
+        return GroupedNoise(loc, s, t, group, df_arg).group_log_prob(y)[:n_groups]
 
     t = fit.sigma_run[:, obs.group]
-    return np.asarray(jax.jit(jax.vmap(one))(jnp.asarray(law), jnp.asarray(sigma), jnp.asarray(t)))
+    args = (law, sigma, t, np.where(np.isfinite(df), df, 1.0))
+    return np.asarray(jax.jit(jax.vmap(one))(*(jnp.asarray(a) for a in args)))
 
 
 def query_observations(groups: tuple[str, ...], r: np.ndarray, tokens: np.ndarray) -> Observations:

@@ -56,7 +56,12 @@ from climb_bayes.inference.point_fit import (
 )
 from climb_bayes.model.climb_model import reference_budget
 from climb_bayes.model.discrepancy import Discrepancy
-from climb_bayes.model.observation import GroupedNoise, identifiable_noise
+from climb_bayes.model.observation import (
+    LEARNED_DF_START,
+    GroupedNoise,
+    df_prior,
+    identifiable_noise,
+)
 from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
 from climb_bayes.model.priors import Priors
 
@@ -69,6 +74,7 @@ __all__ = [
     "fit_nuts",
     "fit_laplace",
     "predict_draws",
+    "likelihood_df",
     "check_groups",
 ]
 
@@ -272,8 +278,9 @@ class LawFit:
         ``(S, m)`` noise sd on log-loss (robust MAD of residuals for MAP).
     likelihood : str
         ``"normal"`` or ``"student_t"``: the predictive noise distribution.
-    student_df : float
-        Degrees of freedom when ``likelihood == "student_t"``.
+    student_df : float or numpy.ndarray
+        Degrees of freedom when ``likelihood == "student_t"``: a number, or ``(S, m)`` draws
+        where the fit learned them (``Priors.student_df = "learned"``).
     info : dict
         Fit details (objective, starts, time, diagnostics, number of observations); plain
         JSON-able values.
@@ -298,7 +305,7 @@ class LawFit:
     draws: dict[str, np.ndarray]
     sigma: np.ndarray
     likelihood: str = "normal"
-    student_df: float = 4.0
+    student_df: float | np.ndarray = 4.0
     info: dict[str, Any] = field(default_factory=dict)
     native: Any = None
     sigma_run: np.ndarray | None = None
@@ -309,6 +316,13 @@ class LawFit:
     def n_draws(self) -> int:
         """Number of parameter draws."""
         return int(self.sigma.shape[0])
+
+    def df_draws(self) -> np.ndarray:
+        """``(S, m)`` degrees of freedom of every draw and group (``inf`` for the Normal)."""
+        shape = self.sigma.shape
+        if self.likelihood == "normal":
+            return np.full(shape, np.inf)
+        return np.broadcast_to(np.asarray(self.student_df, dtype=float), shape).copy()
 
     def predict_log_loss(self, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Law prediction of ``log L`` per draw: ``r`` (..., m), ``tokens`` (...) -> (S, ..., m)."""
@@ -345,8 +359,17 @@ class LawFit:
             draws={k: v[idx] for k, v in self.draws.items()},
             sigma=self.sigma[idx],
             sigma_run=None if self.sigma_run is None else self.sigma_run[idx],
+            student_df=self.student_df if np.ndim(self.student_df) == 0 else self.student_df[idx],
             discrepancy=None if self.discrepancy is None else self.discrepancy.take(idx),
         )
+
+
+def likelihood_df(priors: Priors, samples: Mapping[str, Any]) -> float | np.ndarray:
+    """What :attr:`LawFit.student_df` holds under ``priors``: the ``(S, m)`` draws of a learned
+    ``df`` (site ``"df"`` of ``samples``), else the fixed number (``inf`` for the Normal)."""
+    if priors.learned_df:
+        return np.asarray(samples["df"], dtype=float)
+    return np.inf if priors.fixed_df is None else priors.fixed_df
 
 
 def predict_draws(
@@ -486,6 +509,8 @@ def _sampler_start(law: Law, point: LawFit, priors: Priors) -> dict[str, np.ndar
     start["sigma"] = np.maximum(point.sigma[0], 1e-3)
     if priors.run_effect:
         start["sigma_run"] = np.maximum(point.sigma_run[0], 1e-3)
+    if priors.learned_df:
+        start["df"] = np.full(point.sigma.shape[-1], LEARNED_DF_START)
     return start
 
 
@@ -526,7 +551,9 @@ def _numpyro_model(
     sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale).expand([m]).to_event(1))
     pred = law.log_loss(params, r, d)[point, group]
     scale = sigma[group]
-    df = None if priors.likelihood == "normal" else priors.student_df
+    df = priors.fixed_df
+    if priors.learned_df:
+        df = numpyro.sample("df", df_prior().expand([m]).to_event(1))[group]
     if priors.run_effect:
         run_scale = numpyro.sample(
             "sigma_run", dist.HalfNormal(priors.run_effect_scale).expand([m]).to_event(1)
@@ -634,6 +661,7 @@ def fit_nuts(
     flat = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
     sigma = flat.pop("sigma")
     sigma_run = flat.pop("sigma_run", None)
+    flat_df = {"df": flat.pop("df")} if "df" in flat else {}
     flat = {k: flat[k] for k in law.param_specs(m)}  # the sampled coordinates stay out
     return LawFit(
         law,
@@ -643,7 +671,7 @@ def fit_nuts(
         flat,
         sigma,
         options.priors.likelihood,
-        options.priors.student_df,
+        likelihood_df(options.priors, flat_df),
         sigma_run=sigma_run,
         fit_obs=obs,
         info={
@@ -795,7 +823,7 @@ def fit_laplace(
         draws,
         res.samples["sigma"],
         options.priors.likelihood,
-        options.priors.student_df,
+        likelihood_df(options.priors, res.samples),
         sigma_run=res.samples.get("sigma_run"),
         fit_obs=obs,
         info={"seconds": seconds, "converged": res.converged, "n_fit": obs.n},

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from climb_bayes.data.observations import Observations
-from climb_bayes.laws.base import FitOptions, Law, LawFit, Params, ParamSpec
+from climb_bayes.laws.base import FitOptions, Law, LawFit, Params, ParamSpec, likelihood_df
 from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.model.law import LawParams, log_loss, to_reference_units
 from climb_bayes.model.priors import Priors
@@ -143,7 +143,7 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
         draws,
         np.asarray(fit.sigma_draws()),
         likelihood,
-        fit.priors.student_df,
+        likelihood_df(fit.priors, {"df": fit.draws("df")} if "df" in post else {}),
         info=info,
         native=fit,
         sigma_run=fit.draws("sigma_run") if "sigma_run" in post else None,
@@ -188,7 +188,7 @@ def _climb_laplace(
         {k: np.asarray(v) for k, v in params._asdict().items()},
         sm["sigma"],
         options.priors.likelihood,
-        options.priors.student_df,
+        likelihood_df(options.priors, sm),
         info={"converged": res.converged, "n_fit": usable.n, "n_params": law.n_params(usable.m)},
         sigma_run=sm.get("sigma_run"),
         fit_obs=Observations.from_runs(runs),

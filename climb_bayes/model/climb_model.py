@@ -6,7 +6,8 @@ The model is written in reference units (budgets divided by ``d_ref``), see
 
 Sites
 -----
-latent : ``log_L0``, ``logit_f``, ``log_slope``, ``eta``, ``sigma``, ``sigma_run`` (language),
+latent : ``log_L0``, ``logit_f``, ``log_slope``, ``eta``, ``sigma``, ``sigma_run``, ``df``
+    (language; ``df``, the Student-t degrees of freedom, where ``student_df = "learned"``),
     ``b_saturated`` and ``kappa_saturated`` (pair); with hierarchical transfer
     ``mu_b``, ``tau_b`` and ``b_z`` (pair) replace ``b_saturated``.
 deterministic : ``log_A``, ``log_E``, ``beta``, ``log_B``, ``B``, ``E`` (language),
@@ -83,7 +84,7 @@ import numpyro.distributions as dist
 
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
-from climb_bayes.model.observation import GroupedNoise
+from climb_bayes.model.observation import GroupedNoise, df_prior
 from climb_bayes.model.power_coordinates import (
     POWER_SITES,
     power_coordinates,
@@ -350,6 +351,8 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         sigma = numpyro.sample("sigma", dist.HalfNormal(priors.noise_scale))
         if priors.run_effect:
             sigma_run = numpyro.sample("sigma_run", dist.HalfNormal(priors.run_effect_scale))
+        if priors.learned_df:
+            df_language = numpyro.sample("df", df_prior())
 
     log_saturation = jnp.log(-jnp.expm1(-eta * data.reference_share))[target]  # (pair,)
     on_saturated = priors.transfer_prior == "saturated"
@@ -393,7 +396,7 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     if priors.run_effect:
         n = data.obs_log_loss.shape[0]
         group = np.arange(n) if data.obs_group is None else data.obs_group
-        df = None if priors.likelihood == "normal" else priors.student_df
+        df = df_language[data.obs_language] if priors.learned_df else priors.fixed_df
         run_scale = sigma_run[data.obs_language]
         noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask)
         numpyro.sample("log_loss", noise, obs=y)
@@ -401,7 +404,8 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     if priors.likelihood == "normal":
         noise = dist.Normal(loc, scale)
     else:
-        noise = dist.StudentT(priors.student_df, loc, scale)
+        df = df_language[data.obs_language] if priors.learned_df else priors.fixed_df
+        noise = dist.StudentT(df, loc, scale)
     if data.obs_mask is not None:
         noise = noise.mask(data.obs_mask)
     with numpyro.plate("obs", data.obs_log_loss.shape[0], dim=-1):
@@ -411,6 +415,7 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
 def latent_sites(priors: Priors) -> list[str]:
     """Names of the sites NUTS samples under ``priors``."""
     names = list(LATENT_SITES) + (["sigma_run"] if priors.run_effect else [])
+    names += ["df"] if priors.learned_df else []
     if priors.hierarchical_transfer:
         names = [n for n in names if n != "b_saturated"] + ["mu_b", "tau_b", "b_z"]
     return names
@@ -459,7 +464,8 @@ def sampler_coordinates(
     ----------
     values : dict
         ``log_A, log_E, beta, eta, sigma, b_offdiag, kappa_offdiag`` (reference units; any
-        leading batch shape, e.g. chains). With hierarchical transfer, ``mu_b``, ``tau_b`` and
+        leading batch shape, e.g. chains), plus ``sigma_run`` and ``df`` where ``priors``
+        sample them. With hierarchical transfer, ``mu_b``, ``tau_b`` and
         ``b_z`` may be given instead of ``b_offdiag`` (otherwise they are derived from it).
     data : ModelData
         Supplies the reference share of the transfer coordinates.
@@ -476,6 +482,8 @@ def sampler_coordinates(
     out |= {"eta": v["eta"], "sigma": v["sigma"]}
     if priors.run_effect:
         out["sigma_run"] = v["sigma_run"]
+    if priors.learned_df:
+        out["df"] = v["df"]
     _, target = pair_indices(data.point_r.shape[-1], out["eta"].shape[-1])
     saturation = -np.expm1(-v["eta"] * data.reference_share)[..., target]
     out["kappa_saturated"] = v["kappa_offdiag"] * saturation
@@ -572,6 +580,8 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
     if priors.run_effect:
         k_run = jax.random.fold_in(key, 7)
         values["sigma_run"] = priors.run_effect_scale * np.abs(normal(k_run, (m,)))
+    if priors.learned_df:
+        values["df"] = np.asarray(df_prior().sample(jax.random.fold_in(key, 8), (m,)))
     if priors.hierarchical_transfer:
         values |= {
             "mu_b": priors.transfer_scale * normal(keys[6], ()),

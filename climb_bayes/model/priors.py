@@ -29,10 +29,13 @@ __all__ = [
     "load_priors",
     "priors_to_toml",
     "LIKELIHOODS",
+    "LEARNED",
     "TRANSFER_PRIORS",
 ]
 
 LIKELIHOODS = ("student_t", "normal")
+LEARNED = "learned"
+"""``student_df`` value that makes the degrees of freedom a parameter (one per language)."""
 TRANSFER_PRIORS = ("saturated", "natural")
 
 PRIOR_NOTES: dict[str, str] = {
@@ -87,7 +90,16 @@ PRIOR_NOTES: dict[str, str] = {
         "'student_t' (default, robust to an odd run or eval point) or 'normal'; applied to "
         "log-loss, i.e. to relative errors."
     ),
-    "student_df": "degrees of freedom of the Student-t likelihood (fixed); 4 tolerates outliers.",
+    "student_df": (
+        'degrees of freedom of the Student-t likelihood: "learned" (default) gives each '
+        "language its own df ~ Gamma(2, rate 0.1) truncated to df >= 1 (Juarez & Steel 2010, "
+        "brms: median 16.9, 90% in [3.7, 47.5]), so the data decide how heavy the "
+        "run-outlier tail is; a number fixes it (4 "
+        "tolerates outliers, the default until 2026-11-26). Measured (docs/model.md): on the "
+        "5Mix training curves some domains want df ~2, RedPajama's ~20; a fixed 4 let two "
+        "monolingual runs of a 16-language design be outliers at little cost, a tail NUTS "
+        "crossed slowly."
+    ),
     "transfer_prior": (
         "'saturated' (default): b_ji and kappa_ji get their Normal(0, transfer_scale / "
         "decay_scale) prior as the transfer that reaches language i at the reference share c, "
@@ -98,12 +110,14 @@ PRIOR_NOTES: dict[str, str] = {
         "synthetic world)."
     ),
     "full_share_scale": (
-        "0 (default) or the sd s of a second Normal(0, s) prior factor on the transfer at full "
-        "share, b_ji (1 - exp(-eta_i)) and kappa_ji (1 - exp(-eta_i)): the most a token of j is "
-        "worth to i (at r_i = 1). The saturated prior alone lets eta_i -> 0 with every transfer "
-        "free; on a 16-language Algorithm-1 design half the posterior mass sat there and the "
-        "chains split (docs/model.md). s = 2 removes that region but also lowers the prior of "
-        "small eta (median 5 -> ~9 at 5 languages). Not applied to b under hierarchical transfer."
+        "sd s of a second Normal(0, s) prior factor on the transfer at full share, "
+        "b_ji (1 - exp(-eta_i)) and kappa_ji (1 - exp(-eta_i)): the most a token of j is worth "
+        "to i (at r_i = 1); 0 switches it off. The saturated prior alone lets eta_i -> 0 with "
+        "every transfer free: on a 16-language Algorithm-1 design half the posterior mass sat "
+        "there, with transfers of ~6 tokens of i per token of j, and the chains split "
+        "(docs/model.md). 2 (default since 2026-11-26; opt-in before) removes that region; it "
+        "also lowers the prior of small eta (median 5 -> ~9 at 5 languages). Not applied to b "
+        "under hierarchical transfer."
     ),
     "hierarchical_transfer": (
         "if true, b_ji ~ Normal(mu_b, tau_b) with mu_b ~ Normal(0, transfer_scale) and "
@@ -134,9 +148,9 @@ class Priors:
     run_effect: bool = True
     run_effect_scale: float = 0.05
     likelihood: str = "student_t"
-    student_df: float = 4.0
+    student_df: float | str = LEARNED
     transfer_prior: str = "saturated"
-    full_share_scale: float = 0.0
+    full_share_scale: float = 2.0
     hierarchical_transfer: bool = False
     source: str = field(default="defaults", compare=False)
 
@@ -144,8 +158,15 @@ class Priors:
         where = f"priors ({self.source})"
         positive = (
             "reducible_scale irreducible_scale beta_median beta_log_sd transfer_scale "
-            "decay_scale eta_median eta_log_sd noise_scale run_effect_scale student_df"
+            "decay_scale eta_median eta_log_sd noise_scale run_effect_scale"
         ).split()
+        if isinstance(self.student_df, str) and self.student_df != LEARNED:
+            raise PriorsError(
+                f"{where}: 'student_df' must be \"{LEARNED}\" or a positive number, "
+                f"got {self.student_df!r}."
+            )
+        if self.student_df != LEARNED:
+            positive.append("student_df")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
@@ -176,6 +197,18 @@ class Priors:
                     f"{where}: '{name}' must be \"auto\", a number (log nats) or a table "
                     f"{{language = number}}, got {value!r}."
                 )
+
+    @property
+    def learned_df(self) -> bool:
+        """Whether the Student-t degrees of freedom are sampled (one per language)."""
+        return self.likelihood == "student_t" and self.student_df == LEARNED
+
+    @property
+    def fixed_df(self) -> float | None:
+        """The fixed degrees of freedom; ``None`` for the Normal likelihood or a learned df."""
+        if self.likelihood == "normal" or self.learned_df:
+            return None
+        return float(self.student_df)
 
     def replace(self, **changes: Any) -> Priors:
         """Return a copy with some fields changed (validated again)."""

@@ -91,7 +91,7 @@ def small_posterior(nuts_fit3):
     law = thin_draws(nuts_fit3.law_draws(), 200)
     nm0 = noise_model(nuts_fit3)
     idx = np.unique(np.linspace(0, nuts_fit3.n_draws - 1, 200).round().astype(int))
-    nm = NoiseModel(nm0.sigma[idx], nm0.likelihood, nm0.df)
+    nm = nm0.take(idx)  # sigma and (learned) df of the same draws
     m = len(nuts_fit3.languages)
     rstar = direct_batch(law, 1e12, np.full(m, 1 / m), np.zeros(m), np.ones(m)).x
     return law, nm, rstar
@@ -125,7 +125,7 @@ def test_rank_candidates_table(nuts_fit3, small_posterior):
     with pytest.raises(ClimbError, match="NUTS"):
         rank_candidates(
             thin_draws(law, 1),
-            NoiseModel(nm.sigma[:1], nm.likelihood, nm.df),
+            nm.take(np.arange(1)),
             langs,
             cands,
             rstar[:1],

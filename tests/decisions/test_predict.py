@@ -120,7 +120,8 @@ def test_coverage_of_a_nuts_fit_at_larger_budgets(nuts_fit3, world3):
     nm = noise_model(nuts_fit3)
     tight = NoiseModel(np.full_like(nm.sigma, 1e-4), nm.likelihood, nm.df)
     one = LawParams(*(np.median(np.asarray(x), axis=0)[None] for x in law))
-    plug = NoiseModel(np.median(nm.sigma, axis=0)[None], nm.likelihood, nm.df)
+    median = [np.median(x, axis=0)[None] for x in (nm.sigma, nm.df_draws())]
+    plug = NoiseModel(median[0], nm.likelihood, median[1])  # plug-in noise and df
     for budget, seed in ((1e11, 2), (2.5e11, 3)):
         frame = simulate_runs(
             world3, holdout_design(LANGS, budget, 30, seed=seed, spread=False), seed=seed

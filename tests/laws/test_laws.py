@@ -194,7 +194,7 @@ def test_power_law_coordinates_change_variables_exactly(law):
         return float(log_density(_numpyro_model, args, {}, values)[0])
 
     rng = np.random.default_rng(1)
-    noise = {"sigma": np.full(3, 0.01), "sigma_run": np.full(3, 0.005)}
+    noise = {"sigma": np.full(3, 0.01), "sigma_run": np.full(3, 0.005), "df": np.full(3, 6.0)}
     for _ in range(3):
         natural = {k: v + rng.normal(0, 0.1, np.shape(v)) for k, v in truth.items()}
         natural[expo] = np.abs(natural[expo])

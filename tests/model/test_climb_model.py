@@ -20,8 +20,9 @@ from climb_bayes.model.priors import Priors
 
 
 def _latent(draw: dict, priors: Priors, data) -> dict:
-    natural = ("log_A", "log_E", "beta", "eta", "sigma", "sigma_run", "b_offdiag", "kappa_offdiag")
-    return sampler_coordinates({k: draw[k] for k in natural}, data, priors)
+    natural = ("log_A", "log_E", "beta", "eta", "sigma", "sigma_run", "df", "b_offdiag",
+               "kappa_offdiag")  # fmt: skip
+    return sampler_coordinates({k: draw[k] for k in natural if k in draw}, data, priors)
 
 
 def test_transfer_budget_is_the_one_budget_or_infinite(runs3):

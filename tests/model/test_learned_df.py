@@ -1,0 +1,140 @@
+"""A learned Student-t df (``Priors.student_df = "learned"``): its prior, the per-group density
+and noise draws, storage, and that the data move it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer.util import log_density
+from scipy import stats
+
+import climb_bayes  # noqa: F401  (float64)
+from climb_bayes.errors import PriorsError
+from climb_bayes.model.climb_model import climb_model, draw_prior, latent_sites, model_data
+from climb_bayes.model.observation import DF_MIN, DF_PRIOR, GroupedNoise, df_prior, draw_noise
+from climb_bayes.model.priors import LEARNED, Priors, load_priors, priors_to_toml
+
+GROUP = np.array([0, 0, 0, 2, 2, 5, 5])
+S, T = 0.05, 0.08
+
+
+def test_learned_is_the_default_and_a_number_fixes_it(tmp_path):
+    assert Priors().student_df == LEARNED and Priors().learned_df
+    assert Priors().fixed_df is None
+    assert Priors(student_df=4).fixed_df == 4.0 and not Priors(student_df=4).learned_df
+    assert not Priors(likelihood="normal").learned_df  # the Normal has no df
+    with pytest.raises(PriorsError, match="'student_df' must be \"learned\" or a positive"):
+        Priors(student_df="auto")
+    with pytest.raises(PriorsError, match="'student_df' must be a positive number"):
+        Priors(student_df=-1.0)
+    path = tmp_path / "p.toml"
+    for priors in (Priors(), Priors(student_df=7.5)):
+        path.write_text(priors_to_toml(priors), encoding="utf-8")
+        assert load_priors(path).student_df == priors.student_df
+
+
+def test_df_prior_is_gamma_2_01_above_1():
+    """Juarez & Steel's Gamma(2, rate 0.1), truncated to df >= 1 as brms does: median 16.9, 5%
+    and 95% quantiles 3.7 and 47.5; nothing below 1."""
+    x = np.array([1.5, 4.0, 17.0, 60.0])
+    gamma = stats.gamma(DF_PRIOR[0], scale=1 / DF_PRIOR[1])
+    got = np.asarray(df_prior().log_prob(jnp.asarray(x)))
+    assert got == pytest.approx(gamma.logpdf(x) - gamma.logsf(DF_MIN), rel=1e-10)
+    q = gamma.ppf(gamma.cdf(DF_MIN) + gamma.sf(DF_MIN) * np.array([0.05, 0.5, 0.95]))
+    assert q == pytest.approx([3.73, 16.86, 47.50], abs=0.01)
+    draws = np.asarray(df_prior().sample(jax.random.PRNGKey(0), (20000,)))
+    assert draws.min() >= DF_MIN and np.median(draws) == pytest.approx(16.86, rel=0.03)
+
+
+def _dense(dfs):
+    rng = np.random.default_rng(0)
+    loc = rng.normal(size=GROUP.size)
+    y = loc + 0.1 * rng.normal(size=GROUP.size)
+    total = 0.0
+    for g, df in zip(np.unique(GROUP), dfs, strict=True):
+        idx = GROUP == g
+        n = idx.sum()
+        cov = S**2 * np.eye(n) + T**2 * np.ones((n, n))
+        total += stats.multivariate_t(loc[idx], cov, df=df).logpdf(y[idx])
+    return loc, y, total
+
+
+def test_per_observation_df_gives_each_group_its_own_multivariate_t():
+    dfs = (3.0, 9.0, 25.0)
+    loc, y, expected = _dense(dfs)
+    per_obs = np.array([dfs[{0: 0, 2: 1, 5: 2}[g]] for g in GROUP])
+    d = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, per_obs)
+    assert float(d.log_prob(y)) == pytest.approx(expected, rel=1e-10)
+    # a constant array is the fixed df
+    const = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, np.full(7, 4.0))
+    fixed = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, 4.0)
+    assert float(const.log_prob(y)) == pytest.approx(float(fixed.log_prob(y)), rel=1e-12)
+
+
+def test_noise_draws_use_each_groups_df():
+    """Per-observation df arrays: a constant array draws exactly what the scalar draws, and a
+    group with df 2.5 has a much heavier tail than one with df 200 (same scales)."""
+    n = 40000
+    scale, run = np.full((n, 7), S), np.full((n, 7), T)
+    a = draw_noise(np.random.default_rng(3), scale, run, GROUP, np.full((n, 7), 4.0))
+    b = draw_noise(np.random.default_rng(3), scale, run, GROUP, 4.0)
+    assert np.array_equal(a, b)
+    df = np.where(GROUP == 0, 2.5, 200.0)[None].repeat(n, axis=0)
+    z = draw_noise(np.random.default_rng(4), scale, run, GROUP, df)
+    kurt = stats.kurtosis(z, axis=0)
+    assert kurt[:3].min() > 5.0 and kurt[3:].max() < 0.5, kurt
+    x = np.asarray(
+        GroupedNoise(jnp.zeros(7), np.full(7, S), np.full(7, T), GROUP, df[0]).sample(
+            jax.random.PRNGKey(0), (n,)
+        )
+    )
+    kurt = stats.kurtosis(x, axis=0)
+    assert kurt[:3].min() > 5.0 and kurt[3:].max() < 0.5, kurt
+
+
+def test_climb_model_adds_exactly_the_df_prior(runs3):
+    """Learned df set to 4 everywhere: the log density is the fixed-df 4 model's plus the
+    prior of each language's df (so the likelihood is the same; the sampler's coordinate is
+    ``log(df - 1)``, whose Jacobian ``log_density`` does not add)."""
+    learned, fixed = Priors(), Priors(student_df=4.0)
+    assert "df" in latent_sites(learned) and "df" not in latent_sites(fixed)
+    data = model_data(runs3, fixed)
+    draw = draw_prior(jax.random.PRNGKey(2), data, learned)
+    assert draw["df"].shape == (data.n_targets,) and np.all(draw["df"] > 0)
+    names = [n for n in latent_sites(fixed)]
+    latent = {k: draw[k] for k in names}
+    m = data.n_targets
+    dens_l = float(
+        log_density(climb_model, (data, learned), {}, latent | {"df": np.full(m, 4.0)})[0]
+    )
+    dens_f = float(log_density(climb_model, (data, fixed), {}, latent)[0])
+    gamma = stats.gamma(2.0, scale=10.0)
+    prior = m * (gamma.logpdf(4.0) - gamma.logsf(1.0))
+    assert dens_l - dens_f == pytest.approx(prior, rel=1e-9)
+
+
+def test_the_data_move_a_learned_df_per_group():
+    """Isolated-law world, one group with t(1.5) errors and two with Normal errors: the
+    Laplace posterior puts the heavy group's df low and the others' high (a shared or fixed
+    df cannot)."""
+    from climb_bayes.laws.base import FitOptions, fit_laplace
+    from climb_bayes.laws.isolated import IsolatedLaw
+    from tests.laws.test_laws import ISOLATED_TRUTH, simulate
+
+    obs, law = simulate(IsolatedLaw(), ISOLATED_TRUTH, n_mix=40, sigma=0.004, seed=2)
+    rng = np.random.default_rng(5)
+    heavy = obs.group == 0
+    y = np.log(obs.loss)
+    y[heavy] += 0.004 * rng.standard_t(1.5, heavy.sum())
+    obs = replace(obs, loss=np.exp(y))
+    fit = fit_laplace(law, obs, FitOptions(n_starts=2, seed=0, samples=2000))
+    df = np.median(fit.student_df, axis=0)
+    assert fit.student_df.shape == (2000, 3)
+    assert df[0] < 4.0 and df[1:].min() > 8.0, df
+    thinned = fit.thin(np.arange(10))
+    assert thinned.student_df.shape == (10, 3)
+    assert np.all(np.isinf(replace(fit, likelihood="normal").df_draws()))
