@@ -22,17 +22,18 @@ GROUP = np.array([0, 0, 0, 2, 2, 5, 5])
 S, T = 0.05, 0.08
 
 
-def test_learned_is_the_default_and_a_number_fixes_it(tmp_path):
-    assert Priors().student_df == LEARNED and Priors().learned_df
-    assert Priors().fixed_df is None
+def test_learned_or_a_fixed_number(tmp_path):
+    learned = Priors(student_df=LEARNED)
+    assert learned.learned_df and learned.fixed_df is None
+    assert Priors().fixed_df == 4.0  # the default stays a fixed 4 (docs/model.md: why)
     assert Priors(student_df=4).fixed_df == 4.0 and not Priors(student_df=4).learned_df
-    assert not Priors(likelihood="normal").learned_df  # the Normal has no df
+    assert not Priors(likelihood="normal", student_df=LEARNED).learned_df  # the Normal has none
     with pytest.raises(PriorsError, match="'student_df' must be \"learned\" or a positive"):
         Priors(student_df="auto")
     with pytest.raises(PriorsError, match="'student_df' must be a positive number"):
         Priors(student_df=-1.0)
     path = tmp_path / "p.toml"
-    for priors in (Priors(), Priors(student_df=7.5)):
+    for priors in (learned, Priors(student_df=7.5)):
         path.write_text(priors_to_toml(priors), encoding="utf-8")
         assert load_priors(path).student_df == priors.student_df
 
@@ -100,7 +101,7 @@ def test_climb_model_adds_exactly_the_df_prior(runs3):
     """Learned df set to 4 everywhere: the log density is the fixed-df 4 model's plus the
     prior of each language's df (so the likelihood is the same; the sampler's coordinate is
     ``log(df - 1)``, whose Jacobian ``log_density`` does not add)."""
-    learned, fixed = Priors(), Priors(student_df=4.0)
+    learned, fixed = Priors(student_df=LEARNED), Priors(student_df=4.0)
     assert "df" in latent_sites(learned) and "df" not in latent_sites(fixed)
     data = model_data(runs3, fixed)
     draw = draw_prior(jax.random.PRNGKey(2), data, learned)
@@ -131,7 +132,8 @@ def test_the_data_move_a_learned_df_per_group():
     y = np.log(obs.loss)
     y[heavy] += 0.004 * rng.standard_t(1.5, heavy.sum())
     obs = replace(obs, loss=np.exp(y))
-    fit = fit_laplace(law, obs, FitOptions(n_starts=2, seed=0, samples=2000))
+    options = FitOptions(n_starts=2, seed=0, samples=2000, priors=Priors(student_df=LEARNED))
+    fit = fit_laplace(law, obs, options)
     df = np.median(fit.student_df, axis=0)
     assert fit.student_df.shape == (2000, 3)
     assert df[0] < 4.0 and df[1:].min() > 8.0, df

@@ -95,7 +95,9 @@ def test_full_share_prior_is_the_stated_factor(runs3):
     data = model_data(runs3, off)
     draw = draw_prior(jax.random.PRNGKey(3), data, off)
     latent = {k: draw[k] for k in ("log_L0", "logit_f", "log_slope", "eta", "sigma")}
-    latent |= {k: draw[k] for k in ("sigma_run", "df", "b_saturated", "kappa_saturated")}
+    latent |= {
+        k: draw[k] for k in ("sigma_run", "df", "b_saturated", "kappa_saturated") if k in draw
+    }
     dens = [float(log_density(climb_model, (data, p), {}, latent)[0]) for p in (on, off)]
     _, target = pair_indices(data.point_r.shape[-1], data.n_targets)
     full = -np.expm1(-draw["eta"])[target]
