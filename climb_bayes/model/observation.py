@@ -105,17 +105,28 @@ def df_prior() -> dist.TruncatedGamma:
     return dist.TruncatedGamma(*DF_PRIOR, low=DF_MIN)
 
 
+def segment_means(
+    values: tuple[jax.Array, ...], group: jax.Array, weight: jax.Array | None, fill: float
+) -> tuple[jax.Array, ...]:
+    """Per-group (``(N,)`` segments) means of per-observation arrays, ``fill`` for empty
+    segments (their density is 0; the value only keeps gradients finite)."""
+    n_seg = values[0].shape[-1]
+    dtype = values[0].dtype
+    w = jnp.ones(n_seg, dtype) if weight is None else weight.astype(dtype)
+    count = jax.ops.segment_sum(w, group, num_segments=n_seg)
+    safe = jnp.maximum(count, 1.0)
+    return tuple(
+        jnp.where(count > 0, jax.ops.segment_sum(w * x, group, num_segments=n_seg) / safe, fill)
+        for x in values
+    )
+
+
 def group_df(df: jax.Array, group: jax.Array, weight: jax.Array | None = None) -> jax.Array:
     """Degrees of freedom of each group (``(N,)`` segments) from per-observation values.
 
-    ``df`` is constant within a group (one language); empty segments get 4 (unused: their
-    density is 0, but the value keeps the gradient finite).
+    ``df`` is constant within a group (one language); empty segments get 4.
     """
-    n_seg = df.shape[-1]
-    w = jnp.ones(n_seg, df.dtype) if weight is None else weight.astype(df.dtype)
-    count = jax.ops.segment_sum(w, group, num_segments=n_seg)
-    total = jax.ops.segment_sum(w * df, group, num_segments=n_seg)
-    return jnp.where(count > 0, total / jnp.maximum(count, 1.0), 4.0)
+    return segment_means((df,), group, weight, 4.0)[0]
 
 
 class GroupStats(NamedTuple):
@@ -264,16 +275,7 @@ class GroupedNoise(dist.Distribution):
         )
 
     def _group_scales(self) -> tuple[jax.Array, jax.Array]:
-        n_seg = self.loc.shape[-1]
-        w = jnp.ones(n_seg) if self.weight is None else self.weight.astype(self.loc.dtype)
-        count = jax.ops.segment_sum(w, self.group, num_segments=n_seg)
-        safe = jnp.maximum(count, 1.0)
-
-        def mean(x: jax.Array) -> jax.Array:
-            tot = jax.ops.segment_sum(w * x, self.group, num_segments=n_seg)
-            return jnp.where(count > 0, tot / safe, 1.0)
-
-        return mean(self.scale), mean(self.run_scale)
+        return segment_means((self.scale, self.run_scale), self.group, self.weight, 1.0)
 
     def group_log_prob(self, value: jax.Array) -> jax.Array:
         """``(N,)`` log density per group id (0 where a group id is unused)."""
