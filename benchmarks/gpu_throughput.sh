@@ -18,6 +18,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader >&2
 # Most informative first, so a capped call still returns the rows that matter. H100 80GB,
 # 2026-11-25 (docs/performance.md): 1x32 plain and 2x16 with the (then recomputing) chunked loss
 # gave 40.5% MFU; the plain 4x8 ran out of memory; checkpointed ones did not finish in 150 s.
+# 2026-11-26, with expandable segments (now the default) and the fused loss: 4x8 chunk 44.1%.
 bench --micro-batch 4 --grad-accum 8 --loss-chunk-tokens 4096   # fused linear cross-entropy
 bench --micro-batch 1 --grad-accum 32                           # the 2026-11-25 baseline
 bench --micro-batch 4 --grad-accum 8                            # plain: full fp32 logits

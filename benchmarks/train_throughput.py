@@ -6,12 +6,14 @@ token ids, after some warm-up steps, and prints one table row per preset::
 
     python benchmarks/train_throughput.py --preset tiny --preset micro          # CPU
     python benchmarks/train_throughput.py --preset paper-1.2b --micro-batch 4 --compile \
-        --grad-accum 8 --loss-chunk-tokens 4096 --activation-checkpointing 1       # H100
+        --grad-accum 8 --loss-chunk-tokens 4096                                    # H100
 
 A step is ``--grad-accum`` micro-batches (forward and backward each) and one optimizer step, as
 in a run; the step loss reaches the host once per step. Peak memory (CUDA allocator peak, or
 the process's peak RSS on CPU) is printed with each row, and so is the time of the warm-up
-steps (``torch.compile``'s compilation happens in the first).
+steps (``torch.compile``'s compilation happens in the first). Unless ``PYTORCH_CUDA_ALLOC_CONF``
+is set, the CUDA allocator uses expandable segments, as ``train`` does
+(:data:`training.presets.CUDA_ALLOC_CONF`); each row records the setting.
 
 A configuration that runs out of GPU memory gives a row marked ``OOM`` instead of a traceback.
 ``--micro-batch auto`` starts at the preset's micro-batch and halves it until a step fits, with
@@ -29,13 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from training.presets import COMPILE_SCOPES  # noqa: E402  (no torch at import)
+from training.presets import COMPILE_SCOPES, CUDA_ALLOC_CONF  # noqa: E402  (no torch at import)
 
 
 def bench(preset_name: str, args: argparse.Namespace) -> dict:
@@ -149,6 +152,7 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
         "peak_tflops": peak / 1e12 if peak else None,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     }
     try:
         warm = timed(args.warmup_steps)
@@ -208,6 +212,7 @@ def main() -> int:
             rows = [json.loads(line) for line in fh if line.strip()]
         print_table(rows, args.markdown)
         return 0
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)  # as `train` does
     import torch
 
     if args.threads:

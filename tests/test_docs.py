@@ -57,3 +57,21 @@ def test_cli_reference_is_up_to_date():
     assert _sections(fresh, drop) == _sections(stored, drop), (
         "docs/cli.md is stale: run `python docs/gen_cli.py`"
     )
+
+
+THROUGHPUT_ROWS = sorted((ROOT / "benchmarks" / "results").glob("throughput-*.jsonl"))
+
+
+@pytest.mark.parametrize("rows", THROUGHPUT_ROWS, ids=lambda p: p.name)
+def test_gpu_throughput_tables_come_from_their_result_files(rows):
+    """docs/performance.md holds each kept result file's table exactly as the script renders it."""
+    table = subprocess.run(
+        [sys.executable, "benchmarks/train_throughput.py", "--render", str(rows), "--markdown"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert table.count("\n") >= 3, table
+    assert table in (ROOT / "docs" / "performance.md").read_text()

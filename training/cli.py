@@ -9,6 +9,7 @@ message saying that the same command resumes it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -271,7 +272,9 @@ def train(**kw: Any) -> None:
     can be repeated until every run is done. Progress goes to stderr.
     """
     from training.errors import RunInterrupted, TrainingError
+    from training.presets import CUDA_ALLOC_CONF
 
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)  # before CUDA starts
     try:
         _train(**kw)
     except TrainingError as exc:
