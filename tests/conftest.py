@@ -21,7 +21,6 @@ import pytest
 # ~/.cache, and in one long process JAX 0.10.2 crashed (SIGSEGV / abort) serialising a
 # freshly compiled Hessian into it (tests/inference/test_fit.py, 2026-11-26; not reproduced in
 # a fresh process). Tests that check the cache settings set these variables themselves.
-os.environ.setdefault("CLIMB_BAYES_CACHE", "off")
 os.environ.setdefault("CLIMB_BAYES_COMPILE_CACHE", "0")
 
 import climb_bayes  # noqa: E402

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +30,6 @@ __all__ = [
     "TABLE_WIDTH",
     "write_frame",
     "write_json",
-    "enable_compile_cache",
 ]
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -270,27 +268,6 @@ def write_json(obj: object, path: Path) -> None:
         return x
 
     _atomic_text(path, json.dumps(clean(obj), indent=1))
-
-
-def enable_compile_cache() -> None:
-    """Keep compiled solvers on disk between runs (JAX's persistent compilation cache).
-
-    The first ``optimize`` compiles a few solvers (seconds each); later runs load them. The
-    cache lives in ``$CLIMB_BAYES_CACHE`` or ``~/.cache/climb-bayes/jax``; set
-    ``CLIMB_BAYES_CACHE=off`` to disable it.
-    """
-    where = os.environ.get("CLIMB_BAYES_CACHE", "")
-    if where.lower() in {"off", "0", "no", "false"}:
-        return
-    path = Path(where) if where else Path.home() / ".cache" / "climb-bayes" / "jax"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        import jax
-
-        jax.config.update("jax_compilation_cache_dir", str(path))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    except Exception:  # noqa: BLE001 - a cache is an optimisation only
-        pass
 
 
 def predictive_line(ens: object, combine: str | None = None) -> str:

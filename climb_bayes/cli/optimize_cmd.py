@@ -12,7 +12,6 @@ import numpy as np
 from climb_bayes.cli._decide import (
     TABLE_WIDTH,
     echo_err,
-    enable_compile_cache,
     fit_header,
     fmt_interval,
     fmt_tokens,
@@ -192,7 +191,6 @@ def optimize(
     ens = fit.ensemble()
     if law_name is not None:
         ens = ens.only(law_name.strip().lower())
-    enable_compile_cache()
     msl = None
     if baselines:
         echo_err("fitting the MSL law to the fit's runs (baseline)...")

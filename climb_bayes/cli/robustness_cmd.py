@@ -179,12 +179,10 @@ def _run_sbc(
 
     import jax
 
-    from climb_bayes.cli._decide import enable_compile_cache
     from climb_bayes.evaluation.sbc import SbcConfig, problem_from_fit, run_sbc
     from climb_bayes.viz.plots import save_figure
     from climb_bayes.viz.sbc_plots import plot_sbc_ecdf
 
-    enable_compile_cache()
     config = SbcConfig(n_replications=n)
     problem = problem_from_fit(fit, config.n_languages, config.n_curve_points)
     key = jax.random.PRNGKey(seed)

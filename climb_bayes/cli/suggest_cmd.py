@@ -10,7 +10,6 @@ import numpy as np
 
 from climb_bayes.cli._decide import (
     echo_err,
-    enable_compile_cache,
     fit_header,
     fmt_tokens,
     load_fit_checked,
@@ -131,7 +130,6 @@ def suggest(
     nm = nm0.take(idx)
     m = len(langs)
     lo, hi = np.zeros(m), np.ones(m)
-    enable_compile_cache()
     echo_err(f"optimal mixture per draw at {fmt_tokens(target_budget)} ({len(idx)} draws)...")
     rstar = direct_batch(law, target_budget, w, lo, hi).x
     rec, _ = bayes_decision(law, target_budget, w, lo, hi, start=np.median(rstar, axis=0))

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from climb_bayes.errors import ClimbError
+from climb_bayes.laws.base import likelihood_df
 from climb_bayes.model.law import LawParams, log_loss
 
 __all__ = [
@@ -72,7 +73,8 @@ class NoiseModel:
     likelihood : str
         ``"student_t"`` or ``"normal"``.
     df : float or ndarray (S, m)
-        Degrees of freedom of the Student-t (per draw and language where learned).
+        Degrees of freedom of the Student-t (per draw and language where learned; unused by
+        the Normal).
     """
 
     sigma: np.ndarray
@@ -107,8 +109,8 @@ def noise_model(fit: object) -> NoiseModel:
     sigma = np.asarray(fit.sigma_draws(), dtype=float)
     if "sigma_run" in fit.tree["posterior"]:
         sigma = np.hypot(sigma, np.asarray(fit.draws("sigma_run"), dtype=float))
-    df = np.asarray(fit.draws("df"), dtype=float) if priors.learned_df else priors.fixed_df
-    return NoiseModel(sigma, priors.likelihood, 4.0 if df is None else df)
+    df = likelihood_df(priors, {"df": fit.draws("df")} if priors.learned_df else {})
+    return NoiseModel(sigma, priors.likelihood, df)
 
 
 def law_log_loss(params: LawParams, r: np.ndarray, tokens: np.ndarray) -> np.ndarray:

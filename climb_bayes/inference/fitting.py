@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -92,14 +93,24 @@ _CONST_DIMS = {
 }
 
 
-def _likelihood(
-    samples: dict[str, np.ndarray], data: ModelData, priors: Priors
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
-    """Location, scales and pointwise log-likelihood of every draw, in one vectorised pass.
+class _Likelihood(NamedTuple):
+    """Per-draw pieces of the observation model (see :func:`_likelihood`)."""
 
-    Returns ``(loc (S, N), scale (S, N), run_scale (S, N) or None, loglik)``: ``loglik`` is
-    ``(S, G)`` per (run, language) group with the run effect (the unit the observations are
-    exchangeable in; PSIS-LOO then leaves one run's tail out) and ``(S, N)`` per point without.
+    loc: np.ndarray
+    scale: np.ndarray
+    run_scale: np.ndarray | None
+    df: np.ndarray | None
+    loglik: np.ndarray
+
+
+def _likelihood(samples: dict[str, np.ndarray], data: ModelData, priors: Priors) -> _Likelihood:
+    """Location, scales, degrees of freedom and pointwise log-likelihood of every draw, in one
+    vectorised pass.
+
+    ``loc``, ``scale``, ``run_scale`` (``None`` without the run effect) and ``df`` (``None``
+    unless learned: the fixed value is in ``priors``) are ``(S, N)``; ``loglik`` is ``(S, G)``
+    per (run, language) group with the run effect (the unit the observations are exchangeable
+    in; PSIS-LOO then leaves one run's tail out) and ``(S, N)`` per point without.
     """
     grouped = priors.run_effect
     n_groups = int(np.max(data.obs_group)) + 1 if grouped else 0
@@ -108,33 +119,31 @@ def _likelihood(
         fn = model_trace(sample, data, priors)["log_loss"]["fn"]
         y = jnp.asarray(data.obs_log_loss)
         if grouped:
-            return fn.loc, fn.scale, fn.run_scale, fn.group_log_prob(y)[:n_groups]
-        ll = fn.log_prob(y)
-        while hasattr(fn, "base_dist"):  # masked / expanded wrappers
-            fn = fn.base_dist
-        return fn.loc, fn.scale, fn.scale, ll
+            ll, run_scale = fn.group_log_prob(y)[:n_groups], fn.run_scale
+        else:
+            ll = fn.log_prob(y)
+            while hasattr(fn, "base_dist"):  # masked / expanded wrappers
+                fn = fn.base_dist
+            run_scale = fn.scale
+        df = jnp.broadcast_to(fn.df, y.shape) if priors.learned_df else jnp.zeros(())
+        return fn.loc, fn.scale, run_scale, df, ll
 
-    loc, scale, run_scale, ll = (np.asarray(x) for x in jax.jit(jax.vmap(one))(samples))
-    return loc, scale, (run_scale if grouped else None), ll
+    loc, scale, run_scale, df, ll = (np.asarray(x) for x in jax.jit(jax.vmap(one))(samples))
+    return _Likelihood(
+        loc, scale, run_scale if grouped else None, df if priors.learned_df else None, ll
+    )
 
 
 def _posterior_predictive(
-    key: jax.Array,
-    data: ModelData,
-    priors: Priors,
-    parts: tuple,
-    samples: dict[str, np.ndarray],
+    key: jax.Array, data: ModelData, priors: Priors, parts: _Likelihood
 ) -> np.ndarray:
     """Replicated ``log_loss`` for every posterior draw, ``(draws, obs)``, from
-    :func:`_likelihood`'s location and scales; the noise is drawn by NumPy
+    :func:`_likelihood`'s location, scales and degrees of freedom; the noise is drawn by NumPy
     (:func:`climb_bayes.model.observation.draw_noise`), seeded from ``key``."""
-    loc, scale, run_scale, _ = parts
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)))
-    df = priors.fixed_df
-    if priors.learned_df:  # (S, N): each draw's df of the observation's language
-        df = np.asarray(samples["df"])[:, data.obs_language]
-    group = data.obs_group if data.obs_group is not None else np.arange(loc.shape[-1])
-    return loc + draw_noise(rng, scale, run_scale, group, df)
+    df = parts.df if priors.learned_df else priors.fixed_df
+    group = data.obs_group if data.obs_group is not None else np.arange(parts.loc.shape[-1])
+    return parts.loc + draw_noise(rng, parts.scale, parts.run_scale, group, df)
 
 
 def _map_tree(
@@ -147,8 +156,8 @@ def _map_tree(
     posterior = {k: np.asarray(v)[None] for k, v in everything.items() if k != "log_loss"}
     posterior |= {k: np.asarray(v)[None] for k, v in one.items()}
     parts = _likelihood(one, data, priors)
-    pp = _posterior_predictive(key, data, priors, parts, one)
-    return _fit_tree(posterior, None, pp[None], parts[3][None], data, runs, priors)
+    pp = _posterior_predictive(key, data, priors, parts)
+    return _fit_tree(posterior, None, pp[None], parts.loglik[None], data, runs, priors)
 
 
 STAT_NAMES = {"num_steps": "n_steps", "accept_prob": "acceptance_rate"}
@@ -296,9 +305,9 @@ def fit_runs(
         elapsed = time.perf_counter() - t0
         log(f"NUTS done in {elapsed:.1f} s")
         parts = _likelihood(samples, data, priors)
-        pp = _posterior_predictive(k_pp, data, priors, parts, samples)
+        pp = _posterior_predictive(k_pp, data, priors, parts)
         pp = pp.reshape((config.chains, -1) + pp.shape[1:])
-        ll = parts[3].reshape((config.chains, -1) + parts[3].shape[1:])
+        ll = parts.loglik.reshape((config.chains, -1) + parts.loglik.shape[1:])
         by_chain = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
         stats = mcmc.get_extra_fields(group_by_chain=True)
         tree = _fit_tree(by_chain, stats, pp, ll, data, runs, priors)

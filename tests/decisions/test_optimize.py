@@ -263,7 +263,7 @@ def nuts_file(nuts_fit3, tmp_path_factory):
 
 
 def test_optimize_cli(nuts_file, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("CLIMB_BAYES_CACHE", "off")
+    monkeypatch.setenv("CLIMB_BAYES_COMPILE_CACHE", "0")
     avail = tmp_path / "avail.csv"
     avail.write_text("language,tokens\nen,2e12\nde,1e12\nzh,3e11\n")
     out = tmp_path / "opt.json"

@@ -149,7 +149,7 @@ def fit_files(nuts_fit3, map_fit3, tmp_path_factory):
 
 
 def test_suggest_cli(fit_files, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("CLIMB_BAYES_CACHE", "off")
+    monkeypatch.setenv("CLIMB_BAYES_COMPILE_CACHE", "0")
     nuts, _ = fit_files
     out = tmp_path / "s.csv"
     rc = main(

@@ -168,7 +168,7 @@ def test_nothing_to_do_is_a_clear_error(map_fit3, tmp_path, capsys):
 
 
 def test_sbc_cli_end_to_end(map_fit3, tmp_path, monkeypatch):
-    monkeypatch.setenv("CLIMB_BAYES_CACHE", "off")
+    monkeypatch.setenv("CLIMB_BAYES_COMPILE_CACHE", "0")
     # A shorter sampler than the CLI's default (the wiring is under test here, not the
     # sampler): compilation then dominates the runtime.
     short = functools.partial(SbcConfig, warmup=100, draws_per_chain=50, thin=2, max_tree_depth=6)
