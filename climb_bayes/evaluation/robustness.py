@@ -63,6 +63,7 @@ from climb_bayes.model.climb_model import (
 )
 from climb_bayes.model.law import LawParams, log_loss
 from climb_bayes.model.priors import Priors
+from climb_bayes.runtime import release_compiled_programs
 
 __all__ = [
     "STUDIES",
@@ -303,6 +304,7 @@ def _refit_group(
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.util import constrain_fn, initialize_model
 
+    release_compiled_programs()  # a group compiles its own programs: runtime's guard
     runs = fit.runs
     data = model_data(runs, priors, d_ref=fit.d_ref)
     init = {k: jnp.asarray(np.median(v, axis=0)) for k, v in _latent_draws(fit).items()}

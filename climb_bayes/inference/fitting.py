@@ -35,6 +35,7 @@ from climb_bayes.model.climb_model import (
 )
 from climb_bayes.model.observation import draw_noise, identifiable_noise
 from climb_bayes.model.priors import Priors, priors_to_toml
+from climb_bayes.runtime import release_compiled_programs
 
 __all__ = ["fit_runs", "METHODS"]
 
@@ -253,6 +254,7 @@ def fit_runs(
     """
     if method not in METHODS:
         raise ClimbError(f"--method must be one of {', '.join(METHODS)}, got {method!r}.")
+    release_compiled_programs()  # many fits in one process: runtime.release_compiled_programs
     priors = priors or Priors()
     config = config or NutsConfig()
     log = log or (lambda _msg: None)

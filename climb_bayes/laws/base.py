@@ -64,6 +64,7 @@ from climb_bayes.model.observation import (
 )
 from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
 from climb_bayes.model.priors import Priors
+from climb_bayes.runtime import release_compiled_programs
 
 __all__ = [
     "ParamSpec",
@@ -437,6 +438,7 @@ def fit_map(
     .. [1] Hoffmann et al. (2022), Appendix D.2.
     .. [2] Besiroglu et al. (2024).
     """
+    release_compiled_programs()  # many fits in one process: runtime.release_compiled_programs
     options = options or FitOptions()
     log = log or (lambda _msg: None)
     obs = law.usable(obs)

@@ -84,7 +84,7 @@ import numpyro.distributions as dist
 
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
-from climb_bayes.model.observation import GroupedNoise, df_prior
+from climb_bayes.model.observation import GroupedNoise, df_prior, draw_df_prior
 from climb_bayes.model.power_coordinates import (
     POWER_SITES,
     power_coordinates,
@@ -581,7 +581,7 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
         k_run = jax.random.fold_in(key, 7)
         values["sigma_run"] = priors.run_effect_scale * np.abs(normal(k_run, (m,)))
     if priors.learned_df:
-        values["df"] = np.asarray(df_prior().sample(jax.random.fold_in(key, 8), (m,)))
+        values["df"] = draw_df_prior(jax.random.fold_in(key, 8), (m,))
     if priors.hierarchical_transfer:
         values |= {
             "mu_b": priors.transfer_scale * normal(keys[6], ()),

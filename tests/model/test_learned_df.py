@@ -15,8 +15,16 @@ from scipy import stats
 import climb_bayes  # noqa: F401  (float64)
 from climb_bayes.errors import PriorsError
 from climb_bayes.model.climb_model import climb_model, draw_prior, latent_sites, model_data
-from climb_bayes.model.observation import DF_MIN, DF_PRIOR, GroupedNoise, df_prior, draw_noise
+from climb_bayes.model.observation import (
+    DF_MIN,
+    DF_PRIOR,
+    GroupedNoise,
+    df_prior,
+    draw_df_prior,
+    draw_noise,
+)
 from climb_bayes.model.priors import LEARNED, Priors, load_priors, priors_to_toml
+from climb_bayes.runtime import memory_maps
 
 GROUP = np.array([0, 0, 0, 2, 2, 5, 5])
 S, T = 0.05, 0.08
@@ -49,6 +57,23 @@ def test_df_prior_is_gamma_2_01_above_1():
     assert q == pytest.approx([3.73, 16.86, 47.50], abs=0.01)
     draws = np.asarray(df_prior().sample(jax.random.PRNGKey(0), (20000,)))
     assert draws.min() >= DF_MIN and np.median(draws) == pytest.approx(16.86, rel=0.03)
+    mine = draw_df_prior(jax.random.PRNGKey(1), (20000,))  # what draw_prior uses
+    assert mine.min() >= DF_MIN
+    assert np.quantile(mine, [0.05, 0.5, 0.95]) == pytest.approx(q, rel=0.03)
+    assert stats.kstest(mine, draws).pvalue > 0.01
+
+
+@pytest.mark.skipif(memory_maps() is None, reason="reads /proc (Linux)")
+def test_prior_draws_do_not_compile_new_programs_each_call(runs3):
+    """draw_prior with a learned df once compiled new XLA programs per call (~200 memory
+    mappings each; 800 calls crashed the suite at the kernel's mapping limit)."""
+    priors = Priors(student_df=LEARNED)
+    data = model_data(runs3, priors)
+    draw_prior(jax.random.PRNGKey(0), data, priors)  # compiles what it needs once
+    before = memory_maps()[0]
+    for k in jax.random.split(jax.random.PRNGKey(1), 20):
+        draw_prior(k, data, priors)
+    assert memory_maps()[0] - before < 400
 
 
 def _dense(dfs):
