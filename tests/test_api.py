@@ -1,5 +1,5 @@
 """The public Python API (climb_bayes.api): import without side effects, runnable examples,
-clear errors."""
+clear errors; the JAX run-time guard (climb_bayes.runtime)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import doctest
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import climb_bayes as cb
 from climb_bayes.errors import ClimbError
+from climb_bayes.runtime import memory_maps, release_compiled_programs
 
 
 def test_import_changes_no_jax_setting():
@@ -95,3 +98,27 @@ def test_compile_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("CLIMB_BAYES_CACHE_DIR", str(tmp_path / "file" / "sub"))
     assert compile_cache_dir() is None  # cannot be created: off, no error
+
+
+_linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@_linux_only
+def test_memory_maps_reads_this_process_and_the_kernel_limit():
+    used, limit = memory_maps()
+    assert 10 < used < limit  # a Python process with JAX loaded maps at least its libraries
+    f = jax.jit(lambda x: jnp.sin(x) * 3.0 + x**2)  # a new executable maps new memory
+    f(jnp.arange(7.0)).block_until_ready()
+    assert memory_maps()[0] >= used
+
+
+@_linux_only
+def test_release_clears_compiled_programs_only_above_the_share():
+    f = jax.jit(lambda x: jnp.cos(x) + 2.0)
+    f(jnp.ones(3)).block_until_ready()
+    assert f._cache_size() == 1
+    assert not release_compiled_programs(share=1.0)  # below the whole limit: nothing happens
+    assert f._cache_size() == 1
+    assert release_compiled_programs(share=0.0)  # any use is above no share
+    assert f._cache_size() == 0
+    assert float(f(jnp.zeros(1))[0]) == 3.0  # still callable: compiles again

@@ -91,14 +91,14 @@ PRIOR_NOTES: dict[str, str] = {
         "log-loss, i.e. to relative errors."
     ),
     "student_df": (
-        'degrees of freedom of the Student-t likelihood: "learned" (opt-in) gives each '
+        'degrees of freedom of the Student-t likelihood: "learned" (the default) gives each '
         "language its own df ~ Gamma(2, rate 0.1) truncated to df >= 1 (Juarez & Steel 2010, "
         "brms: median 16.9, 90% in [3.7, 47.5]), so the data decide how heavy the "
-        "run-outlier tail is; a number fixes it (4, the default, tolerates outliers). "
-        "Measured (docs/model.md): on the "
-        "5Mix training curves some domains want df ~2, RedPajama's ~20; a fixed 4 let two "
-        "monolingual runs of a 16-language design be outliers at little cost, a tail NUTS "
-        "crossed slowly."
+        "run-outlier tail is; a number fixes it (4 was the default until 2026-11-26). "
+        "Measured (docs/model.md): on the 5Mix training curves some domains want df ~2, "
+        "RedPajama's ~20; a fixed 4 let two monolingual runs of a 16-language design be "
+        "outliers at little cost, a tail NUTS crossed slowly (R-hat 1.57). A learned df costs "
+        "sampling time (the default fit 61 -> 102 s)."
     ),
     "transfer_prior": (
         "'saturated' (default): b_ji and kappa_ji get their Normal(0, transfer_scale / "
@@ -115,8 +115,8 @@ PRIOR_NOTES: dict[str, str] = {
         "to i (at r_i = 1); 0 switches it off. The saturated prior alone lets eta_i -> 0 with "
         "every transfer free: on a 16-language Algorithm-1 design half the posterior mass sat "
         "there, with transfers of ~6 tokens of i per token of j, and the chains split "
-        "(docs/model.md). 2 (opt-in; with a learned df it makes the 16-language fit converge) "
-        "removes that region; it "
+        "(docs/model.md). 2 (the default; with the learned df it makes the 16-language fit "
+        "converge) removes that region; it "
         "also lowers the prior of small eta (median 5 -> ~9 at 5 languages). Not applied to b "
         "under hierarchical transfer."
     ),
@@ -149,9 +149,9 @@ class Priors:
     run_effect: bool = True
     run_effect_scale: float = 0.05
     likelihood: str = "student_t"
-    student_df: float | str = 4.0
+    student_df: float | str = LEARNED
     transfer_prior: str = "saturated"
-    full_share_scale: float = 0.0
+    full_share_scale: float = 2.0
     hierarchical_transfer: bool = False
     source: str = field(default="defaults", compare=False)
 

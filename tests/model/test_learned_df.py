@@ -33,7 +33,7 @@ S, T = 0.05, 0.08
 def test_learned_or_a_fixed_number(tmp_path):
     learned = Priors(student_df=LEARNED)
     assert learned.learned_df and learned.fixed_df is None
-    assert Priors().fixed_df == 4.0  # the default stays a fixed 4 (docs/model.md: why)
+    assert Priors().learned_df and Priors().full_share_scale == 2.0  # the defaults since 2026-11-26
     assert Priors(student_df=4).fixed_df == 4.0 and not Priors(student_df=4).learned_df
     assert not Priors(likelihood="normal", student_df=LEARNED).learned_df  # the Normal has none
     with pytest.raises(PriorsError, match="'student_df' must be \"learned\" or a positive"):
