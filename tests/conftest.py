@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-# No persistent compilation cache in the suite: tests must not write into the user's
-# ~/.cache, and in one long process JAX 0.10.2 crashed (SIGSEGV / abort) serialising a
-# freshly compiled Hessian into it (tests/inference/test_fit.py, 2026-11-26; not reproduced in
-# a fresh process). Tests that check the cache settings set these variables themselves.
+# No persistent compilation cache in the suite: tests must not write into the user's ~/.cache.
+# (The SIGSEGVs of 2026-11-26 in this long process were the kernel's memory-map limit, not the
+# cache: climb_bayes.runtime.release_compiled_programs.) Tests that check the cache settings
+# set the variable themselves.
 os.environ.setdefault("CLIMB_BAYES_COMPILE_CACHE", "0")
 
 import climb_bayes  # noqa: E402
