@@ -393,10 +393,10 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     loc = pred[data.obs_point, data.obs_language]
     scale = sigma[data.obs_language]
     y = data.obs_log_loss if observed else None
+    df = df_language[data.obs_language] if priors.learned_df else priors.fixed_df
     if priors.run_effect:
         n = data.obs_log_loss.shape[0]
         group = np.arange(n) if data.obs_group is None else data.obs_group
-        df = df_language[data.obs_language] if priors.learned_df else priors.fixed_df
         run_scale = sigma_run[data.obs_language]
         noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask)
         numpyro.sample("log_loss", noise, obs=y)
@@ -404,7 +404,6 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
     if priors.likelihood == "normal":
         noise = dist.Normal(loc, scale)
     else:
-        df = df_language[data.obs_language] if priors.learned_df else priors.fixed_df
         noise = dist.StudentT(df, loc, scale)
     if data.obs_mask is not None:
         noise = noise.mask(data.obs_mask)

@@ -1,5 +1,6 @@
-"""A learned Student-t df (``Priors.student_df = "learned"``): its prior, the per-group density
-and noise draws, storage, and that the data move it."""
+"""A learned Student-t df (``Priors.student_df = "learned"``): its prior, the model's use of it,
+storage, and that the data move it (per-group densities and noise draws with a df per
+observation: tests/model/test_observation.py)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,9 @@ from scipy import stats
 import climb_bayes  # noqa: F401  (float64)
 from climb_bayes.errors import PriorsError
 from climb_bayes.model.climb_model import climb_model, draw_prior, latent_sites, model_data
-from climb_bayes.model.observation import (
-    DF_MIN,
-    DF_PRIOR,
-    GroupedNoise,
-    df_prior,
-    draw_df_prior,
-    draw_noise,
-)
+from climb_bayes.model.observation import DF_MIN, DF_PRIOR, df_prior, draw_df_prior
 from climb_bayes.model.priors import LEARNED, Priors, load_priors, priors_to_toml
 from climb_bayes.runtime import memory_maps
-
-GROUP = np.array([0, 0, 0, 2, 2, 5, 5])
-S, T = 0.05, 0.08
 
 
 def test_learned_or_a_fixed_number(tmp_path):
@@ -74,52 +65,6 @@ def test_prior_draws_do_not_compile_new_programs_each_call(runs3):
     for k in jax.random.split(jax.random.PRNGKey(1), 20):
         draw_prior(k, data, priors)
     assert memory_maps()[0] - before < 400
-
-
-def _dense(dfs):
-    rng = np.random.default_rng(0)
-    loc = rng.normal(size=GROUP.size)
-    y = loc + 0.1 * rng.normal(size=GROUP.size)
-    total = 0.0
-    for g, df in zip(np.unique(GROUP), dfs, strict=True):
-        idx = GROUP == g
-        n = idx.sum()
-        cov = S**2 * np.eye(n) + T**2 * np.ones((n, n))
-        total += stats.multivariate_t(loc[idx], cov, df=df).logpdf(y[idx])
-    return loc, y, total
-
-
-def test_per_observation_df_gives_each_group_its_own_multivariate_t():
-    dfs = (3.0, 9.0, 25.0)
-    loc, y, expected = _dense(dfs)
-    per_obs = np.array([dfs[{0: 0, 2: 1, 5: 2}[g]] for g in GROUP])
-    d = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, per_obs)
-    assert float(d.log_prob(y)) == pytest.approx(expected, rel=1e-10)
-    # a constant array is the fixed df
-    const = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, np.full(7, 4.0))
-    fixed = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, 4.0)
-    assert float(const.log_prob(y)) == pytest.approx(float(fixed.log_prob(y)), rel=1e-12)
-
-
-def test_noise_draws_use_each_groups_df():
-    """Per-observation df arrays: a constant array draws exactly what the scalar draws, and a
-    group with df 2.5 has a much heavier tail than one with df 200 (same scales)."""
-    n = 40000
-    scale, run = np.full((n, 7), S), np.full((n, 7), T)
-    a = draw_noise(np.random.default_rng(3), scale, run, GROUP, np.full((n, 7), 4.0))
-    b = draw_noise(np.random.default_rng(3), scale, run, GROUP, 4.0)
-    assert np.array_equal(a, b)
-    df = np.where(GROUP == 0, 2.5, 200.0)[None].repeat(n, axis=0)
-    z = draw_noise(np.random.default_rng(4), scale, run, GROUP, df)
-    kurt = stats.kurtosis(z, axis=0)
-    assert kurt[:3].min() > 5.0 and kurt[3:].max() < 0.5, kurt
-    x = np.asarray(
-        GroupedNoise(jnp.zeros(7), np.full(7, S), np.full(7, T), GROUP, df[0]).sample(
-            jax.random.PRNGKey(0), (n,)
-        )
-    )
-    kurt = stats.kurtosis(x, axis=0)
-    assert kurt[:3].min() > 5.0 and kurt[3:].max() < 0.5, kurt
 
 
 def test_climb_model_adds_exactly_the_df_prior(runs3):

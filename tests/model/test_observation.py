@@ -24,18 +24,22 @@ S, T = 0.05, 0.08
 
 
 def _dense(df):
+    """Observations and their exact density, group by group; ``df``: ``None`` (Normal), one
+    number, or one per group."""
+    groups = np.unique(GROUP)
+    dfs = df if np.ndim(df) else [df] * groups.size
     rng = np.random.default_rng(0)
     loc = rng.normal(size=GROUP.size)
     y = loc + 0.1 * rng.normal(size=GROUP.size)
     total = 0.0
-    for g in np.unique(GROUP):
+    for g, d in zip(groups, dfs, strict=True):
         idx = GROUP == g
         n = idx.sum()
         cov = S**2 * np.eye(n) + T**2 * np.ones((n, n))
-        if df is None:
+        if d is None:
             total += stats.multivariate_normal(loc[idx], cov).logpdf(y[idx])
         else:
-            total += stats.multivariate_t(loc[idx], cov, df=df).logpdf(y[idx])
+            total += stats.multivariate_t(loc[idx], cov, df=d).logpdf(y[idx])
     return loc, y, total
 
 
@@ -116,3 +120,36 @@ def test_singleton_groups_leave_s_and_t_unidentified():
         a = GroupedNoise(jnp.zeros(7), 0.06, 0.08, group, 4.0).log_prob(y)
         b = GroupedNoise(jnp.zeros(7), 0.08, 0.06, group, 4.0).log_prob(y)
         assert bool(np.isclose(a, b, rtol=0, atol=1e-12)) is not identified
+
+
+def test_per_observation_df_gives_each_group_its_own_multivariate_t():
+    dfs = (3.0, 9.0, 25.0)
+    loc, y, expected = _dense(dfs)
+    per_obs = np.array([dfs[{0: 0, 2: 1, 5: 2}[g]] for g in GROUP])
+    d = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, per_obs)
+    assert float(d.log_prob(y)) == pytest.approx(expected, rel=1e-10)
+    # a constant array is the fixed df
+    const = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, np.full(7, 4.0))
+    fixed = GroupedNoise(loc, np.full(7, S), np.full(7, T), GROUP, 4.0)
+    assert float(const.log_prob(y)) == pytest.approx(float(fixed.log_prob(y)), rel=1e-12)
+
+
+def test_noise_draws_use_each_groups_df():
+    """Per-observation df arrays: a constant array draws exactly what the scalar draws, and a
+    group with df 2.5 has a much heavier tail than one with df 200 (same scales)."""
+    n = 40000
+    scale, run = np.full((n, 7), S), np.full((n, 7), T)
+    a = draw_noise(np.random.default_rng(3), scale, run, GROUP, np.full((n, 7), 4.0))
+    b = draw_noise(np.random.default_rng(3), scale, run, GROUP, 4.0)
+    assert np.array_equal(a, b)
+    df = np.where(GROUP == 0, 2.5, 200.0)[None].repeat(n, axis=0)
+    z = draw_noise(np.random.default_rng(4), scale, run, GROUP, df)
+    kurt = stats.kurtosis(z, axis=0)
+    assert kurt[:3].min() > 5.0 and kurt[3:].max() < 0.5, kurt
+    x = np.asarray(
+        GroupedNoise(jnp.zeros(7), np.full(7, S), np.full(7, T), GROUP, df[0]).sample(
+            jax.random.PRNGKey(0), (n,)
+        )
+    )
+    kurt = stats.kurtosis(x, axis=0)
+    assert kurt[:3].min() > 5.0 and kurt[3:].max() < 0.5, kurt
