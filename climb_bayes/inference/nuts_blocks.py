@@ -148,6 +148,7 @@ def language_blocks(data: ModelData) -> list[ModelData]:
     n_max = int(counts.max())
     observed = [np.unique(data.obs_point[data.obs_language == i]) for i in range(m)]
     p_max = max(p.size for p in observed)
+    g_max = max(_block_group_count(data, data.obs_language == i) for i in range(m))
     blocks = []
     for i in range(m):
         order = [i] + [j for j in range(m) if j != i]
@@ -167,11 +168,17 @@ def language_blocks(data: ModelData) -> list[ModelData]:
                 obs_log_loss=np.concatenate([data.obs_log_loss[sel], np.zeros(pad)]),
                 obs_mask=np.arange(n_max) < sel.size,
                 obs_group=_block_groups(data, sel, n_max),
+                group_language=None if data.obs_group is None else np.zeros(g_max, np.int32),
                 reducible_loc=np.asarray(data.reducible_loc, float)[[i]],
                 irreducible_loc=np.asarray(data.irreducible_loc, float)[[i]],
             )
         )
     return blocks
+
+
+def _block_group_count(data: ModelData, sel: np.ndarray) -> int:
+    """Number of run groups among the observations ``sel`` (0 without groups)."""
+    return 0 if data.obs_group is None else int(np.unique(data.obs_group[sel]).size)
 
 
 def _block_groups(data: ModelData, sel: np.ndarray, n_max: int) -> np.ndarray | None:

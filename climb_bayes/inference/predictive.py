@@ -37,7 +37,7 @@ from scipy import stats
 
 from climb_bayes.data.observations import Observations
 from climb_bayes.laws.base import LawFit
-from climb_bayes.model.observation import conditional_moments, group_stats
+from climb_bayes.model.observation import conditional_moments, group_count, group_stats
 
 __all__ = [
     "PredictiveParts",
@@ -120,7 +120,8 @@ def _run_stats(fit: LawFit, obs: Observations) -> tuple:
     fit_gid = np.asarray(fit_gid).ravel()
     resid = fo.log_loss[None, :] - fit.predict_obs(fo)  # (S, N_fit)
     gid = jnp.asarray(fit_gid)
-    st = jax.vmap(lambda e: group_stats(e, gid))(jnp.asarray(resid))
+    n_seg = group_count(fit_gid)
+    st = jax.vmap(lambda e: group_stats(e, gid, n_segments=n_seg))(jnp.asarray(resid))
     test_keys = _series_keys(obs)
     lookup = {tuple(k): i for i, k in enumerate(keys)}
     idx = np.array([lookup.get(tuple(k), -1) for k in test_keys])

@@ -140,6 +140,14 @@ class ModelData(NamedTuple):
     obs_mask: np.ndarray | None = None  # (N,) bool; False = padding, not observed
     obs_group: np.ndarray | None = None  # (N,) int < N; (run, language) group of each obs
     transfer_budget: float = float("inf")  # budget d* (reference units) of the sampled transfer
+    group_language: np.ndarray | None = None  # (G,) int; language of each group (ids < G)
+
+    @property
+    def n_groups(self) -> int | None:
+        """Number of (run, language) groups: the length of ``group_language``, a static shape
+        even when the data are traced (the language blocks), so the grouped likelihood sums
+        over ``G`` segments instead of one per observation (``None``: not known)."""
+        return None if self.group_language is None else int(np.shape(self.group_language)[-1])
 
     @property
     def n_targets(self) -> int:
@@ -239,6 +247,9 @@ def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> Mo
     """Assemble :class:`ModelData` from a validated runs table."""
     d_ref = reference_budget(runs.point_tokens) if d_ref is None else float(d_ref)
     red, irr = prior_locations(runs, priors)
+    group = np.asarray(runs.obs_group, dtype=np.int32)
+    group_language = np.zeros(int(group.max()) + 1 if group.size else 0, dtype=np.int32)
+    group_language[group] = runs.obs_language
     return ModelData(
         point_r=np.asarray(runs.run_proportions[runs.point_run], dtype=float),
         point_d=np.asarray(runs.point_tokens, dtype=float) / d_ref,
@@ -249,8 +260,9 @@ def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> Mo
         irreducible_loc=irr,
         d_ref=d_ref,
         reference_share=reference_share(runs.run_proportions),
-        obs_group=np.asarray(runs.obs_group, dtype=np.int32),
+        obs_group=group,
         transfer_budget=transfer_budget(runs.point_tokens[runs.obs_point] / d_ref),
+        group_language=group_language,
     )
 
 
@@ -398,7 +410,7 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         n = data.obs_log_loss.shape[0]
         group = np.arange(n) if data.obs_group is None else data.obs_group
         run_scale = sigma_run[data.obs_language]
-        noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask)
+        noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask, data.n_groups)
         numpyro.sample("log_loss", noise, obs=y)
         return
     if priors.likelihood == "normal":
@@ -447,9 +459,9 @@ def weighted_log_likelihood(
     if isinstance(fn, GroupedNoise):
         keep = w > 0
         mask = keep if fn.weight is None else keep & fn.weight
-        kept = GroupedNoise(fn.loc, fn.scale, fn.run_scale, fn.group, fn.df, mask)
-        n = y.shape[0]
-        group_w = jax.ops.segment_max(w, fn.group, num_segments=n)
+        kept = GroupedNoise(fn.loc, fn.scale, fn.run_scale, fn.group, fn.df, mask, fn.n_groups)
+        n_seg = y.shape[0] if fn.n_groups is None else fn.n_groups
+        group_w = jax.ops.segment_max(w, fn.group, num_segments=n_seg)
         return jnp.sum(jnp.maximum(group_w, 0.0) * kept.group_log_prob(y))
     return jnp.sum(w * fn.log_prob(y))
 

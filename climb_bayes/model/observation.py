@@ -63,6 +63,7 @@ __all__ = [
     "GroupedNoise",
     "GroupStats",
     "group_stats",
+    "group_count",
     "group_log_density",
     "conditional_moments",
     "draw_noise",
@@ -123,14 +124,36 @@ def draw_df_prior(key: jax.Array, shape: tuple[int, ...]) -> np.ndarray:
     return np.maximum(gamma.ppf(low + u * (1.0 - low)), DF_MIN)
 
 
+def group_count(group: object) -> int | None:
+    """Number of group segments ``max(group) + 1`` when the ids are concrete; ``None`` under a
+    JAX trace (the callers then use one segment per observation, a bound known statically).
+
+    Fewer segments make the grouped density cheaper: its Student-t normaliser evaluates
+    ``gammaln`` twice per segment (and ``digamma`` in the gradient). Measured on the default
+    data (645 observations in 215 run groups, learned ``df``; one ``value_and_grad`` of the
+    CLIMB potential in a compiled loop, 2-core Intel Xeon): 83 us with 645 segments, the
+    ``gammaln`` terms a third of it.
+    """
+    if isinstance(group, jax.core.Tracer):
+        return None
+    ids = np.asarray(group)
+    return int(ids.max()) + 1 if ids.size else 0
+
+
 def segment_means(
-    values: tuple[jax.Array, ...], group: jax.Array, weight: jax.Array | None, fill: float
+    values: tuple[jax.Array, ...],
+    group: jax.Array,
+    weight: jax.Array | None,
+    fill: float,
+    n_segments: int | None = None,
 ) -> tuple[jax.Array, ...]:
-    """Per-group (``(N,)`` segments) means of per-observation arrays, ``fill`` for empty
-    segments (their density is 0; the value only keeps gradients finite)."""
-    n_seg = values[0].shape[-1]
+    """Per-group means of per-observation arrays, ``fill`` for empty segments (their density is
+    0; the value only keeps gradients finite). ``n_segments`` defaults to one per observation
+    (every id is below ``N``)."""
+    n_obs = values[0].shape[-1]
+    n_seg = n_obs if n_segments is None else n_segments
     dtype = values[0].dtype
-    w = jnp.ones(n_seg, dtype) if weight is None else weight.astype(dtype)
+    w = jnp.ones(n_obs, dtype) if weight is None else weight.astype(dtype)
     count = jax.ops.segment_sum(w, group, num_segments=n_seg)
     safe = jnp.maximum(count, 1.0)
     return tuple(
@@ -139,12 +162,17 @@ def segment_means(
     )
 
 
-def group_df(df: jax.Array, group: jax.Array, weight: jax.Array | None = None) -> jax.Array:
-    """Degrees of freedom of each group (``(N,)`` segments) from per-observation values.
+def group_df(
+    df: jax.Array,
+    group: jax.Array,
+    weight: jax.Array | None = None,
+    n_segments: int | None = None,
+) -> jax.Array:
+    """Degrees of freedom of each group segment from per-observation values.
 
     ``df`` is constant within a group (one language); empty segments get 4.
     """
-    return segment_means((df,), group, weight, 4.0)[0]
+    return segment_means((df,), group, weight, 4.0, n_segments)[0]
 
 
 class GroupStats(NamedTuple):
@@ -155,15 +183,22 @@ class GroupStats(NamedTuple):
     s2: jax.Array  # sum of squared residuals
 
 
-def group_stats(resid: jax.Array, group: jax.Array, weight: jax.Array | None = None) -> GroupStats:
+def group_stats(
+    resid: jax.Array,
+    group: jax.Array,
+    weight: jax.Array | None = None,
+    n_segments: int | None = None,
+) -> GroupStats:
     """Per-group count, sum and sum of squares of ``resid`` (``(N,)``; ``vmap`` for batches).
 
-    ``weight`` (0/1, ``(N,)``) drops padded observations. The number of segments is ``N`` (a
-    static shape: every group id is below the number of observations), so this jit-compiles
-    without knowing how many groups there are.
+    ``weight`` (0/1, ``(N,)``) drops padded observations. The number of segments is
+    ``n_segments`` (:func:`group_count` of concrete ids), else ``N`` (a static bound: every
+    group id is below the number of observations, so this jit-compiles without knowing how
+    many groups there are).
     """
-    n_seg = resid.shape[-1]
-    w = jnp.ones(n_seg, resid.dtype) if weight is None else weight.astype(resid.dtype)
+    n_obs = resid.shape[-1]
+    n_seg = n_obs if n_segments is None else n_segments
+    w = jnp.ones(n_obs, resid.dtype) if weight is None else weight.astype(resid.dtype)
     return GroupStats(
         jax.ops.segment_sum(w, group, num_segments=n_seg),
         jax.ops.segment_sum(w * resid, group, num_segments=n_seg),
@@ -260,6 +295,9 @@ class GroupedNoise(dist.Distribution):
         within a group); ``None`` for Normal.
     mask : array of bool (N,), optional
         ``False`` for padding that is not observed.
+    n_groups : int, optional
+        Number of group segments (every id below it); by default :func:`group_count` of
+        ``group``, or ``N`` when the ids are traced.
     """
 
     arg_constraints = {
@@ -278,9 +316,11 @@ class GroupedNoise(dist.Distribution):
         group: jax.Array,
         df: float | None = 4.0,
         mask: jax.Array | None = None,
+        n_groups: int | None = None,
         *,
         validate_args: bool | None = None,
     ) -> None:
+        self.n_groups = group_count(group) if n_groups is None else n_groups
         self.loc = jnp.asarray(loc)
         n = self.loc.shape[-1]
         self.scale = jnp.broadcast_to(jnp.asarray(scale), self.loc.shape)
@@ -293,15 +333,19 @@ class GroupedNoise(dist.Distribution):
         )
 
     def _group_scales(self) -> tuple[jax.Array, jax.Array]:
-        return segment_means((self.scale, self.run_scale), self.group, self.weight, 1.0)
+        return segment_means(
+            (self.scale, self.run_scale), self.group, self.weight, 1.0, self.n_groups
+        )
 
     def group_log_prob(self, value: jax.Array) -> jax.Array:
-        """``(N,)`` log density per group id (0 where a group id is unused)."""
-        stats = group_stats(value - self.loc, self.group, self.weight)
+        """Log density per group id (``(n_groups,)``; 0 where a group id is unused)."""
+        stats = group_stats(value - self.loc, self.group, self.weight, self.n_groups)
         s, t = self._group_scales()
         df = self.df
         if df is not None and jnp.ndim(df) > 0:
-            df = group_df(jnp.broadcast_to(df, self.loc.shape), self.group, self.weight)
+            df = group_df(
+                jnp.broadcast_to(df, self.loc.shape), self.group, self.weight, self.n_groups
+            )
         return group_log_density(stats, s, t, df)
 
     def log_prob(self, value: jax.Array) -> jax.Array:

@@ -68,6 +68,13 @@ def test_blocks_hold_each_language_once(runs3):
         # Only the points the target is observed at are kept (mono runs of others dropped).
         assert block.point_r.shape[0] < data.point_r.shape[0]
     assert len({(b.obs_log_loss.shape, b.point_r.shape) for b in blocks}) == 1  # one shape
+    # The grouped likelihood sums over as many segments as the largest block has run groups
+    # (a static shape under the block kernel's trace), and every real group id is below it.
+    assert data.n_groups == np.unique(data.obs_group).size
+    n_groups = [np.unique(data.obs_group[data.obs_language == i]).size for i in range(m)]
+    for block in blocks:
+        assert block.n_groups == max(n_groups) < block.obs_log_loss.size
+        assert block.obs_group[block.obs_mask].max() < block.n_groups
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

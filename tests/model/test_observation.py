@@ -50,6 +50,29 @@ def test_log_prob_equals_dense_compound_symmetric_density(df):
     assert float(d.log_prob(y)) == pytest.approx(expected, rel=1e-10)
 
 
+@pytest.mark.parametrize("df", [None, 4.0, "per-group"])
+def test_one_segment_per_group_gives_the_density_of_one_per_observation(df):
+    """Concrete ids sum over ``max(id) + 1`` segments, traced ids over one per observation (the
+    static bound): the same density either way, and the segments follow the ids."""
+    df = np.array([3.0, 3.0, 3.0, 7.0, 7.0, 12.0, 12.0]) if df == "per-group" else df
+    loc, y, expected = _dense(None if df is None else df if np.ndim(df) == 0 else [3, 7, 12])
+    scale, run_scale = np.full(GROUP.size, S), np.full(GROUP.size, T)
+    concrete = GroupedNoise(loc, scale, run_scale, GROUP, df)
+    assert concrete.n_groups == 6
+    assert concrete.group_log_prob(y).shape == (6,)
+
+    @jax.jit
+    def traced(group):
+        d = GroupedNoise(loc, scale, run_scale, group, df)
+        assert d.n_groups is None
+        return d.log_prob(y), d.group_log_prob(y).shape[0]
+
+    value, n_segments = traced(GROUP)
+    assert n_segments == GROUP.size
+    assert float(concrete.log_prob(y)) == pytest.approx(expected, rel=1e-10)
+    assert float(value) == pytest.approx(expected, rel=1e-10)
+
+
 def test_masked_points_are_ignored():
     loc, y, _ = _dense(None)
     mask = np.array([True, True, False, True, True, True, True])
