@@ -98,7 +98,7 @@ PRIOR_NOTES: dict[str, str] = {
         "Measured (docs/model.md): on the 5Mix training curves some domains want df ~2, "
         "RedPajama's ~20; a fixed 4 let two monolingual runs of a 16-language design be "
         "outliers at little cost, a tail NUTS crossed slowly (R-hat 1.57). A learned df costs "
-        "sampling time (the default fit 61 -> 103 s)."
+        "sampling time (the default fit 61 -> 89 s)."
     ),
     "transfer_prior": (
         "'saturated' (default): b_ji and kappa_ji get their Normal(0, transfer_scale / "
