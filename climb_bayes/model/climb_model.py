@@ -460,8 +460,7 @@ def weighted_log_likelihood(
         keep = w > 0
         mask = keep if fn.weight is None else keep & fn.weight
         kept = GroupedNoise(fn.loc, fn.scale, fn.run_scale, fn.group, fn.df, mask, fn.n_groups)
-        n_seg = y.shape[0] if fn.n_groups is None else fn.n_groups
-        group_w = jax.ops.segment_max(w, fn.group, num_segments=n_seg)
+        group_w = jax.ops.segment_max(w, fn.group, num_segments=fn.n_groups)
         return jnp.sum(jnp.maximum(group_w, 0.0) * kept.group_log_prob(y))
     return jnp.sum(w * fn.log_prob(y))
 

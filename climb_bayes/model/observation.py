@@ -297,7 +297,7 @@ class GroupedNoise(dist.Distribution):
         ``False`` for padding that is not observed.
     n_groups : int, optional
         Number of group segments (every id below it); by default :func:`group_count` of
-        ``group``, or ``N`` when the ids are traced.
+        ``group``, or ``N`` when the ids are traced. Stored as :attr:`n_groups`, always an int.
     """
 
     arg_constraints = {
@@ -320,9 +320,11 @@ class GroupedNoise(dist.Distribution):
         *,
         validate_args: bool | None = None,
     ) -> None:
-        self.n_groups = group_count(group) if n_groups is None else n_groups
         self.loc = jnp.asarray(loc)
         n = self.loc.shape[-1]
+        if n_groups is None:
+            n_groups = group_count(group)
+        self.n_groups = n if n_groups is None else n_groups
         self.scale = jnp.broadcast_to(jnp.asarray(scale), self.loc.shape)
         self.run_scale = jnp.broadcast_to(jnp.asarray(run_scale), self.loc.shape)
         self.group = jnp.asarray(group)
@@ -407,7 +409,7 @@ def draw_noise(
         if df is None:
             return scale * rng.standard_normal(shape)
         return scale * rng.standard_t(df, shape)
-    n_groups = int(group.max()) + 1 if group.size else 0
+    n_groups = group_count(group)
     e = rng.standard_normal(shape)
     u = rng.standard_normal(shape[:-1] + (n_groups,))[..., group]
     z = scale * e + np.asarray(run_scale, dtype=float) * u

@@ -64,7 +64,7 @@ def test_one_segment_per_group_gives_the_density_of_one_per_observation(df):
     @jax.jit
     def traced(group):
         d = GroupedNoise(loc, scale, run_scale, group, df)
-        assert d.n_groups is None
+        assert d.n_groups == GROUP.size  # traced ids: one segment per observation
         return d.log_prob(y), d.group_log_prob(y).shape[0]
 
     value, n_segments = traced(GROUP)
