@@ -103,6 +103,10 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     fwd = CausalLMLoss(model, args.loss_chunk_tokens)
     if args.compile:
+        if args.coordinate_descent_tuning:
+            import torch._inductor.config as inductor_config
+
+            inductor_config.coordinate_descent_tuning = True
         fwd = compile_model(fwd, model, args.compile_scope)
     amp = (
         (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
@@ -144,6 +148,7 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
         "precision": "bf16" if bf16 else "fp32",
         "compile": args.compile,
         "compile_scope": args.compile_scope if args.compile else None,
+        "coordinate_descent_tuning": bool(args.compile and args.coordinate_descent_tuning),
         "seq_len": seq,
         "micro_batch": mb,
         "grad_accum": grad_accum,
@@ -195,6 +200,11 @@ def main() -> int:
         default="model",
         help="with --compile: the whole model and loss, or each decoder block",
     )
+    ap.add_argument(
+        "--coordinate-descent-tuning",
+        action="store_true",
+        help="with --compile: Inductor's coordinate-descent tuning of its generated kernels",
+    )
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument(
         "--loss-chunk-tokens", type=int, default=0, help="chunked loss (0: full logits)"
@@ -234,7 +244,8 @@ def _cells(r: dict) -> tuple[str, ...]:
         f"{r['params_M']:.2f}M",
         f"{r['device']}"
         + (" +compile" if r["compile"] else "")
-        + (" (blocks)" if r.get("compile_scope") == "blocks" else ""),
+        + (" (blocks)" if r.get("compile_scope") == "blocks" else "")
+        + (" +cd-tuning" if r.get("coordinate_descent_tuning") else ""),
         r["precision"],
         str(r["seq_len"]),
         f"{r['micro_batch']}x{r['grad_accum']}"
