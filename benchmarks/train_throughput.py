@@ -167,6 +167,8 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
                    model_tflops=None, mfu=None, warmup_s=None)  # fmt: skip
         del model, opt, fwd, ids
         return row
+    if args.profile:
+        _print_profile(torch, step, device)
     tps = args.steps * grad_accum * mb * seq / dt
     row.update(
         status="ok",
@@ -177,6 +179,55 @@ def _bench_one(preset_name: str, args: argparse.Namespace, mb: int, grad_accum: 
         warmup_s=warm,
     )
     return row
+
+
+KERNEL_KINDS = (
+    ("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "aten::mm", "aten::addmm")),
+    ("attention", ("flash", "fmha", "cudnn", "attention", "sdpa")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "norm_kernel")),
+    ("copy/cast", ("copy", "memcpy", "memset", "cast", "fill")),
+    ("inductor (fused elementwise, norms, loss)", ("triton",)),
+)
+"""Kernel-name substrings (lower case) that sort a step's GPU time into kinds; first match wins."""
+
+
+def _print_profile(torch, step, device) -> None:
+    """One more optimizer step under ``torch.profiler``; GPU time by kernel kind to stderr."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    cuda = device.type == "cuda"
+    events = prof.key_averages()
+    if cuda:  # kernels; else (CPU) operators' self time
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        rows = [(e.key, e.self_device_time_total) for e in kernels or events]
+    else:
+        rows = [(e.key, e.self_cpu_time_total) for e in events]
+    by_kind: dict[str, float] = {}
+    by_name: dict[str, float] = {}
+    for name, us in rows:
+        kind = next(
+            (k for k, keys in KERNEL_KINDS if any(x in name.lower() for x in keys)), "other"
+        )
+        by_kind[kind] = by_kind.get(kind, 0.0) + us
+        by_name[name[:90]] = by_name.get(name[:90], 0.0) + us
+    total = sum(by_kind.values()) or 1.0
+    print(
+        f"profile: {total / 1e3:,.1f} ms of {'GPU kernel' if cuda else 'CPU operator'} time"
+        " in one optimizer step",
+        file=sys.stderr,
+    )
+    for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:<45} {us / 1e3:10,.1f} ms {100 * us / total:5.1f}%", file=sys.stderr)
+    print("  largest kernels:", file=sys.stderr)
+    for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"    {100 * us / total:5.1f}%  {name}", file=sys.stderr)
 
 
 def main() -> int:
@@ -211,6 +262,11 @@ def main() -> int:
     )
     ap.add_argument(
         "--activation-checkpointing", type=int, default=0, metavar="N", help="every N-th block"
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="after timing, profile one more step: GPU time by kernel kind, to stderr",
     )
     ap.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     ap.add_argument("--json", action="store_true", help="print JSON lines instead of a table")

@@ -98,11 +98,14 @@ def get_preset(name: str) -> Preset:
 
 
 def build_model(preset: Preset, vocab_size: int, eos_id: int, pad_id: int) -> Any:
-    """A randomly initialised ``LlamaForCausalLM`` of the preset's shape (SDPA attention).
+    """A randomly initialised ``LlamaForCausalLM`` of the preset's shape (causal SDPA attention,
+    :mod:`training.attention`: no materialised mask under ``torch.compile``).
 
     Call ``torch.manual_seed`` first for a reproducible initialisation.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from training.attention import attention_implementation
 
     config = LlamaConfig(
         vocab_size=vocab_size,
@@ -121,7 +124,7 @@ def build_model(preset: Preset, vocab_size: int, eos_id: int, pad_id: int) -> An
         hidden_act="silu",
         attention_dropout=0.0,
         use_cache=False,
-        attn_implementation="sdpa",
+        attn_implementation=attention_implementation(),
     )
     return LlamaForCausalLM(config)
 
