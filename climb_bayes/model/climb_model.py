@@ -47,9 +47,16 @@ Two more changes of coordinates follow the same rule (priors unchanged, Jacobian
   budget): 4,092 leapfrog steps per kept draw before, 30-270 after
   (docs/model.md, 'One budget').
 
-The optional full-share prior (``Priors.full_share_scale = s > 0``; off by default) multiplies
-the prior by ``Normal(0, s)`` densities of ``b_ji (1 - exp(-eta_i))`` and ``kappa_ji (1 -
-exp(-eta_i))``, the transfer at ``r_i = 1``, the most a token of ``j`` is worth to ``i``. The
+The full-share prior (``Priors.full_share_scale = s > 0``; ``s = 2`` by default since
+2026-11-26, 0 switches it off) multiplies the prior by ``Normal(0, s)`` densities of ``b_ji (1 -
+exp(-eta_i))`` and ``kappa_ji (1 - exp(-eta_i))``, the transfer at ``r_i = 1``, the most a token
+of ``j`` is worth to ``i``. On one budget (``d*`` finite) it is one density per pair, of
+``(b_ji + kappa_ji / d*) (1 - exp(-eta_i))``, the full-share transfer at the budget the data
+measure: bounding ``b`` and ``kappa`` apart there puts an ``eta``-dependent scale on the
+direction the data leave to the prior (``b`` up, ``kappa`` down at fixed ``b + kappa / d*``), a
+funnel. Measured on RegMix (CLIMB alone, 13 one-budget blocks, 2 chains x (500 + 500), learned
+``df``): the two densities gave R-hat 1.397, 21 divergences and 502 draws at tree depth 10 in
+the benchmark run (docs/benchmarks.md); with the one density, see docs/model.md, 'One budget'. The
 saturated prior alone says nothing about it: as ``eta_i -> 0`` the law becomes linear in ``r_i``
 and a transfer of 0.5 at the share ``c`` is one of ``0.5 / c`` at full share. On the 16-language
 benchmark (Algorithm-1 runs, run effect on) that region held about as much posterior mass as
@@ -384,11 +391,15 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
             )
     if priors.full_share_scale > 0:  # the transfer at r_i = 1 (module docstring)
         full = -jnp.expm1(-eta)[target]
-        bounded = kappa_off if priors.hierarchical_transfer else jnp.stack([b_off, kappa_off])
-        numpyro.factor(
-            "prior_full_share",
-            dist.Normal(0.0, priors.full_share_scale).log_prob(bounded * full).sum(),
-        )
+        full_share = dist.Normal(0.0, priors.full_share_scale)
+        if priors.hierarchical_transfer:
+            log_full = full_share.log_prob(kappa_off * full).sum()
+        else:  # one budget: the transfer at d* only (b + kappa / inf = b otherwise)
+            one_budget = jnp.isfinite(data.transfer_budget)
+            log_full = full_share.log_prob((b_off + kappa_off / data.transfer_budget) * full)
+            log_full += jnp.where(one_budget, 0.0, full_share.log_prob(kappa_off * full))
+            log_full = log_full.sum()
+        numpyro.factor("prior_full_share", log_full)
 
     b = numpyro.deterministic("b", _scatter_pairs(b_off, m, n_targets))
     kappa = _scatter_pairs(kappa_off, m, n_targets)
@@ -526,7 +537,9 @@ def _draw_eta(
     full-share saturation). Given ``eta_i``, ``x`` is then ``Normal(0, (1/s0^2 + a^2/s^2)^-1/2)``
     and ``eta_i``'s prior is its LogNormal times ``(s^2 + a^2 s0^2)^-1/2`` per bounded pair:
     drawn by inverse CDF on a grid of :data:`ETA_GRID` points in ``log eta``. Without the
-    factor this is the LogNormal and ``s0``.
+    factor this is the LogNormal and ``s0``. On one budget the one bounded transfer of a pair
+    is ``b + kappa / d*`` (prior sd ``s_t``, :func:`_transfer_sites`; :func:`draw_prior` draws
+    ``kappa`` from the base prior's conditional given it).
 
     Returns
     -------
@@ -548,9 +561,7 @@ def _draw_eta(
             return full
         return full / -np.expm1(-eta * data.reference_share)
 
-    bounded = [priors.decay_scale]  # prior sds of the bounded transfers of one pair
-    if not priors.hierarchical_transfer:
-        bounded.append(priors.transfer_scale)
+    bounded = _full_share_bounded_sds(data, priors)
     u = np.linspace(mu - 8 * sd, mu + 8 * sd, ETA_GRID)
     a = ratio(np.exp(u))
     per_pair = -0.5 * sum(np.log(s**2 + a**2 * s0**2) for s0 in bounded)  # (grid,)
@@ -563,6 +574,25 @@ def _draw_eta(
     eta = np.exp(u[cell] + (jitter - 0.5) * (u[1] - u[0]))
     a_pair = ratio(eta)[target]
     return eta, lambda s0: 1.0 / np.sqrt(1.0 / s0**2 + a_pair**2 / s**2)
+
+
+def _one_budget_transfer(data: ModelData, priors: Priors) -> tuple[float, float] | None:
+    """``(d*, s_t)`` where the full-share factor bounds the transfer at ``d*`` (one budget,
+    non-hierarchical transfer; ``s_t`` its prior sd, :func:`_transfer_sites`), else None."""
+    d_star = float(data.transfer_budget)
+    if priors.hierarchical_transfer or math.isinf(d_star):
+        return None
+    return d_star, math.hypot(priors.transfer_scale, priors.decay_scale / d_star)
+
+
+def _full_share_bounded_sds(data: ModelData, priors: Priors) -> list[float]:
+    """Prior sds of the transfers of one pair that the full-share factor bounds."""
+    one = _one_budget_transfer(data, priors)
+    if one is not None:
+        return [one[1]]  # b + kappa / d*
+    if priors.hierarchical_transfer:
+        return [priors.decay_scale]
+    return [priors.decay_scale, priors.transfer_scale]
 
 
 def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.ndarray]:
@@ -598,6 +628,15 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
             "tau_b": priors.transfer_scale * np.abs(normal(jax.random.fold_in(keys[6], 1), ())),
             "b_z": normal(keys[7], (n_pairs,)),
         }
+    elif (one := _one_budget_transfer(data, priors)) is not None:
+        # the factor bounds t = b + kappa / d*; kappa | t is the base prior's conditional
+        d_star, s_t = one
+        s_b, s_k = priors.transfer_scale, priors.decay_scale
+        t = cond_sd(s_t) * normal(keys[7], (n_pairs,))
+        values["kappa_offdiag"] = t * s_k**2 / (d_star * s_t**2) + s_k * s_b / s_t * normal(
+            keys[5], (n_pairs,)
+        )
+        values["b_offdiag"] = t - values["kappa_offdiag"] / d_star
     else:
         values["b_offdiag"] = cond_sd(priors.transfer_scale) * normal(keys[7], (n_pairs,))
     if priors.transfer_prior == "saturated":  # the draws above are the saturated values

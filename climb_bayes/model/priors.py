@@ -117,8 +117,10 @@ PRIOR_NOTES: dict[str, str] = {
         "there, with transfers of ~6 tokens of i per token of j, and the chains split "
         "(docs/model.md). 2 (the default; with the learned df it makes the 16-language fit "
         "converge) removes that region; it "
-        "also lowers the prior of small eta (median 5 -> ~9 at 5 languages). Not applied to b "
-        "under hierarchical transfer."
+        "also lowers the prior of small eta (median 5 -> ~9 at 5 languages). On one budget it "
+        "is one factor per pair, on (b_ji + kappa_ji / d*) (1 - exp(-eta_i)), the transfer the "
+        "data measure (bounding b and kappa apart there made a funnel: RegMix R-hat 1.40). Not "
+        "applied to b under hierarchical transfer."
     ),
     "hierarchical_transfer": (
         "if true, b_ji ~ Normal(mu_b, tau_b) with mu_b ~ Normal(0, transfer_scale) and "
