@@ -280,6 +280,21 @@ def _ensemble_lines(result) -> list[str]:
         "  weights: " + ", ".join(f"{k} {weights[k]:.2f}" for k in order),
     ]
     lfo = json.loads(result.attrs.get("lfo_summary", "{}"))
+    stacked = [k for k in order if weights[k] > 0]
+    pairs = [
+        f"{a}~{b} {lfo[a]['error_correlation'][b]:.2f}"
+        for i, a in enumerate(stacked)
+        for b in stacked[i + 1 :]
+        if b in (lfo.get(a) or {}).get("error_correlation", {})
+    ]
+    if pairs:
+        lines += textwrap.wrap(
+            "intervals join the stacked laws' quantiles by the correlation of their "
+            "leave-future-out errors (1 would average the quantiles): " + ", ".join(pairs),
+            TABLE_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
     rows = [
         (k, lfo[k]) for k in order if isinstance(lfo.get(k), dict) and "with_discrepancy" in lfo[k]
     ]

@@ -32,10 +32,22 @@ Grushka-Cockayne & Winkler 2013). Measured on the 8 real extrapolation sets of
 CRPS lower on the 7 sets where two laws share the weight (equal on the eighth), 50% coverage
 0.71-0.84 -> 0.56-0.86 (lower on 5 of the 7, target 0.40-0.60), MRE of the median lower on 6.
 So ``combine="quantile"`` (the default) gives intervals and ``combine="mixture"`` the
-distribution of the textbook stack. The quantile average is defined per quantity (its draws
-are comonotone across quantities), so the *decisions* -- ``r*``, ``P(better)`` -- keep the
-mixture over laws and draws (:mod:`climb_bayes.decisions.ensemble_decision`), where which law
-is right is part of the risk taken.
+distribution of the textbook stack.
+
+Averaging quantiles joins the laws at equal ranks: it assumes their errors move together. When
+each law is calibrated and their errors ``y - mu_k`` have (uncentred) correlation ``rho_jk``,
+the weighted centre's error has variance ``sum_jk w_j w_k rho_jk s_j s_k``, below the squared
+average spread wherever ``rho < 1`` (on RedPajama MSL and the DML err in opposite directions).
+With inner folds the ensemble measures ``rho`` on the laws' fold residuals
+(:func:`error_correlation`, stored in ``lfo[law]["error_correlation"]``) and joins the laws'
+quantiles through a Gaussian copula with that correlation (:func:`copula_average`; all ``rho =
+1`` is the quantile average exactly; ``EnsembleOptions(correlate=False)`` keeps it). Measured
+in docs/model.md ('Joining the laws by their error correlation').
+
+The quantile average is defined per quantity (its draws are comonotone across quantities), so
+the *decisions* -- ``r*``, ``P(better)`` -- keep the mixture over laws and draws
+(:mod:`climb_bayes.decisions.ensemble_decision`), where which law is right is part of the risk
+taken.
 
 The weights and the discrepancy are estimated on the same leave-future-out predictions that
 measure them, an in-sample optimism of a few parameters (docs/model.md); honest numbers come
@@ -51,6 +63,7 @@ References
 .. [3] Kennedy & O'Hagan (2001), "Bayesian calibration of computer models".
 .. [4] Lichtendahl, Grushka-Cockayne & Winkler (2013), "Is It Better to Average Probabilities
    or Quantiles?", Management Science 59(7).
+.. [5] Nelsen (2006), "An Introduction to Copulas", 2nd ed., Springer.
 """
 
 from __future__ import annotations
@@ -91,6 +104,8 @@ __all__ = [
     "LFO_METHODS",
     "COMBINE_METHODS",
     "quantile_average",
+    "copula_average",
+    "error_correlation",
 ]
 
 MIN_LOO_DRAWS = 100
@@ -136,6 +151,91 @@ def quantile_average(draws: Sequence[np.ndarray], weights: Sequence[float]) -> n
     )
 
 
+def copula_average(
+    draws: Sequence[np.ndarray],
+    weights: Sequence[float],
+    correlation: np.ndarray,
+    seed: int = 0,
+) -> np.ndarray:
+    """Weighted sum of the laws' quantiles at ranks joined by a Gaussian copula.
+
+    Draw ``j`` is ``sum_k w_k Q_k(u_jk)`` with ``u_j`` the ranks of a correlated normal vector
+    (correlation ``correlation``), stratified so that every law's draws are used once each.
+    When each law's predictive is calibrated and the laws' errors ``y - mu_k`` have (uncentred)
+    correlation ``rho``, the error of the weighted centre has variance ``sum_jk w_j w_k rho_jk
+    s_j s_k``: this is the distribution whose spread that implies. All correlations 1 give
+    :func:`quantile_average` exactly (comonotone ranks); lower correlations give a narrower
+    stack, as two laws that err in opposite directions do.
+
+    Parameters
+    ----------
+    draws : sequence of ndarray (n, ...)
+        Equally many draws per law (the first axis); any trailing shape, the same for all.
+    weights : sequence of float
+        One weight per law, >= 0, not all 0 (normalised here).
+    correlation : ndarray (K, K)
+        Correlation of the laws' errors; a matrix that is not positive semi-definite is
+        projected onto the nearest one (eigenvalues clipped at 0).
+    seed : int
+        Seed of the copula's normal draws.
+
+    Returns
+    -------
+    ndarray (n, ...)
+        Draws whose columns share each law's ranks (per quantity, as :func:`quantile_average`).
+
+    References
+    ----------
+    .. [1] Lichtendahl, Grushka-Cockayne & Winkler (2013), Management Science 59(7).
+    .. [2] Nelsen (2006), "An Introduction to Copulas", 2nd ed., Springer (Gaussian copula).
+    """
+    out = quantile_average(draws, weights)  # checks the arguments
+    corr = np.asarray(correlation, dtype=float)
+    k = len(draws)
+    if corr.shape != (k, k):
+        raise ClimbError(f"copula_average needs a {k} x {k} correlation, got {corr.shape}.")
+    if np.allclose(corr, 1.0):
+        return out
+    vals, vecs = np.linalg.eigh((corr + corr.T) / 2)
+    root = vecs * np.sqrt(np.clip(vals, 0.0, None))  # root @ root.T = the projected matrix
+    n = np.shape(draws[0])[0]
+    z = np.random.default_rng(seed).standard_normal((n, k)) @ root.T
+    ranks = np.argsort(np.argsort(z, axis=0, kind="stable"), axis=0)  # (n, K) in 0..n-1
+    w = np.asarray(weights, dtype=float)
+    w = w / w.sum()
+    return sum(
+        w[j] * np.take(np.sort(np.asarray(d, dtype=float), axis=0), ranks[:, j], axis=0)
+        for j, d in enumerate(draws)
+    )
+
+
+def error_correlation(residuals: Sequence[np.ndarray]) -> np.ndarray:
+    """Uncentred correlation of the laws' errors: ``sum z_j z_k / sqrt(sum z_j^2 sum z_k^2)``.
+
+    Uncentred because a law's bias is part of its error: the variance of the weighted centre's
+    error is ``sum_jk w_j w_k E[e_j e_k]``, so the combination needs ``E[e_j e_k]``, not the
+    covariance about each law's mean error.
+
+    Parameters
+    ----------
+    residuals : sequence of ndarray (n,)
+        Each law's errors ``log y - E[log y]`` on the same points (the inner leave-future-out
+        predictions).
+
+    Returns
+    -------
+    ndarray (K, K)
+        1 on the diagonal; 1 everywhere when there are no residuals.
+    """
+    z = np.stack([np.asarray(r, dtype=float) for r in residuals])
+    norm = np.sqrt(np.sum(z**2, axis=1))
+    if z.shape[1] == 0 or np.any(norm == 0):
+        return np.ones((len(residuals), len(residuals)))
+    corr = (z @ z.T) / np.outer(norm, norm)
+    np.fill_diagonal(corr, 1.0)
+    return np.clip(corr, -1.0, 1.0)
+
+
 @dataclass(frozen=True)
 class EnsembleOptions:
     """How :func:`fit_ensemble` fits and calibrates.
@@ -165,6 +265,10 @@ class EnsembleOptions:
         nothing there (``climb-bayes fit`` uses 0.01, the convergence gate's threshold, and saves
         ~22 s of its ~90 s on the default data); its own posterior, read with ``--law NAME``, is
         then the Laplace approximation and says so (``LawFit.method``). 0 samples every law.
+    correlate : bool
+        Measure the correlation of the laws' inner-fold errors (:func:`error_correlation`) and
+        join the laws' quantiles by it (:func:`copula_average`); False: comonotone quantiles
+        (:func:`quantile_average`), which assumes the laws err together.
     """
 
     method: str = "nuts"
@@ -174,6 +278,7 @@ class EnsembleOptions:
     discrepancy: bool = True
     n_draws: int = 1000
     nuts_min_weight: float = 0.0
+    correlate: bool = True
 
 
 @dataclass
@@ -218,6 +323,18 @@ class LawEnsemble:
         rest = n - out.sum()
         out[np.argsort(raw - out)[::-1][:rest]] += 1
         return {k: int(c) for k, c in zip(names, out, strict=True) if c > 0}
+
+    def error_correlation(self, names: Sequence[str]) -> np.ndarray:
+        """``(K, K)`` correlation of the named laws' inner-fold errors (``lfo[name]
+        ["error_correlation"]``); 1 where it was not measured (no folds, or an ensemble made
+        before it was)."""
+        corr = np.ones((len(names), len(names)))
+        for a, j in enumerate(names):
+            row = self.lfo.get(j, {}).get("error_correlation", {})
+            for b, k in enumerate(names):
+                if a != b and k in row:
+                    corr[a, b] = float(row[k])
+        return corr
 
     def _positive(self) -> dict[str, float]:
         return {k: w for k, w in self.weights.items() if w > 0}
@@ -290,7 +407,10 @@ class LawEnsemble:
             names = list(self._positive())
             parts = [draw(self.fits[name], n_samples, seed + k) for k, name in enumerate(names)]
             w = [self.weights[k] for k in names]
-            return tuple(quantile_average(list(arrays), w) for arrays in zip(*parts, strict=True))
+            corr = self.error_correlation(names)
+            return tuple(
+                copula_average(list(arrays), w, corr, seed) for arrays in zip(*parts, strict=True)
+            )
         parts = [
             draw(self.fits[name], count, seed + k)
             for k, (name, count) in enumerate(self.allocation(n_samples).items())
@@ -456,6 +576,20 @@ def fit_ensemble(
                 f"median tau {', '.join(f'{t:.3f}' for t in tau)} per squared unit of log D"
             )
         lfo_summary[law.name] = {"folds": len(folds), "prior_median": prior.median}
+    if folds and ens.correlate and len(laws) > 1:
+        corr = error_correlation([LfoResiduals.concat(resid[law.name]).z for law in laws])
+        for a, law in enumerate(laws):
+            lfo_summary[law.name]["error_correlation"] = {
+                other.name: float(corr[a, b]) for b, other in enumerate(laws) if b != a
+            }
+        log(
+            "correlation of the laws' inner-fold errors: "
+            + ", ".join(
+                f"{laws[a].name}~{laws[b].name} {corr[a, b]:.2f}"
+                for a in range(len(laws))
+                for b in range(a + 1, len(laws))
+            )
+        )
     weights: dict[str, float]
     if len(laws) == 1:
         weights, method = {laws[0].name: 1.0}, "single"

@@ -17,6 +17,8 @@ from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.ensemble import (
     EnsembleOptions,
+    copula_average,
+    error_correlation,
     fit_ensemble,
     quantile_average,
     stacking_weights,
@@ -104,6 +106,51 @@ def test_quantile_average_keeps_the_spread_where_a_mixture_adds_the_disagreement
         quantile_average([a, b], [0.5])
     with pytest.raises(ClimbError, match="one shape"):
         quantile_average([a, b[:100]], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("rho", [1.0, 0.5, 0.0, -0.5])
+def test_copula_average_spread_follows_the_laws_error_correlation(rho):
+    # two calibrated N(mu_k, 1) forecasts whose errors correlate rho: the error of the
+    # equal-weight centre has sd sqrt((1 + rho) / 2); rho = 1 is the quantile average exactly
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(-1.0, 1.0, (20000, 3)), rng.normal(1.0, 1.0, (20000, 3))
+    corr = np.array([[1.0, rho], [rho, 1.0]])
+    out = copula_average([a, b], [0.5, 0.5], corr, seed=1)
+    np.testing.assert_allclose(out.mean(axis=0), 0.0, atol=0.03)
+    np.testing.assert_allclose(out.std(axis=0), np.sqrt((1 + rho) / 2), atol=0.03)
+    # every law's draws are used once each: the sorted parts are the laws' sorted draws
+    if rho == 1.0:
+        np.testing.assert_array_equal(out, quantile_average([a, b], [0.5, 0.5]))
+    with pytest.raises(ClimbError, match="correlation"):
+        copula_average([a, b], [0.5, 0.5], np.ones((3, 3)))
+
+
+def test_error_correlation_is_uncentred_so_a_bias_counts_as_error():
+    e = np.random.default_rng(2).standard_normal(400)
+    corr = error_correlation([e, -e, e + 1.0])
+    np.testing.assert_allclose(np.diag(corr), 1.0)
+    assert corr[0, 1] == pytest.approx(-1.0)
+    # a centred correlation would call e and e + 1 identical; as errors they are not
+    assert corr[0, 2] == pytest.approx(
+        np.sum(e * (e + 1)) / np.sqrt(np.sum(e**2) * np.sum((e + 1) ** 2))
+    )
+    assert corr[0, 2] < 0.8
+    np.testing.assert_array_equal(error_correlation([np.zeros(0), np.zeros(0)]), np.ones((2, 2)))
+
+
+def test_ensemble_joins_the_laws_by_their_inner_fold_error_correlation(isolated_world):
+    laws = [get_law("isolated"), get_law("dml")]
+    opts = FitOptions(n_starts=1, max_iter=300)
+    ens = fit_ensemble(isolated_world, laws, opts, EnsembleOptions(method="map", lfo="map"))
+    rho = ens.lfo["isolated"]["error_correlation"]["dml"]
+    assert rho == pytest.approx(ens.lfo["dml"]["error_correlation"]["isolated"])
+    assert -1.0 <= rho < 1.0
+    np.testing.assert_allclose(ens.error_correlation(["isolated", "dml"]), [[1, rho], [rho, 1]])
+    off = fit_ensemble(
+        isolated_world, laws, opts, EnsembleOptions(method="map", lfo="map", correlate=False)
+    )
+    assert "error_correlation" not in off.lfo["isolated"]
+    np.testing.assert_array_equal(off.error_correlation(["isolated", "dml"]), np.ones((2, 2)))
 
 
 def test_stacked_intervals_average_the_laws_quantiles(isolated_world):
