@@ -115,7 +115,8 @@ MIN_LOO_DRAWS = 100
 WEIGHT_METHODS = ("lfo-stacking", "loo-stacking", "single")
 LFO_METHODS = ("laplace", "nuts", "map", "none")
 COMBINE_METHODS = ("quantile", "mixture")
-"""How the laws' predictives are combined: average their quantiles (default) or mix them."""
+"""How the laws' predictives are combined: join their quantiles (default; at the correlation of
+the laws' inner-fold errors where it was measured, else at equal ranks) or mix them."""
 
 
 def quantile_average(draws: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
