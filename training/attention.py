@@ -56,15 +56,17 @@ def causal_sdpa_mask(*args: Any, **kwargs: Any) -> Any:
 
 
 def _plain_causal(kwargs: dict[str, Any]) -> bool:
+    """Whether the mask Transformers asks for is exactly SDPA's ``is_causal`` (module docstring)."""
+    import torch
+
     q_length = kwargs.get("q_length")
     if q_length is None and kwargs.get("cache_position") is not None:
         q_length = int(kwargs["cache_position"].shape[0])  # older Transformers pass this
-    import torch
-
     offsets = [kwargs.get("q_offset", 0), kwargs.get("kv_offset", 0)]
     skip_allowed = kwargs.get("allow_is_causal_skip", False) is True
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)()  # torch >= 2.3
     return (
-        (skip_allowed or torch.compiler.is_compiling())
+        (skip_allowed or compiling)
         and kwargs.get("attention_mask") is None
         and kwargs.get("local_size") is None
         and isinstance(q_length, int)
