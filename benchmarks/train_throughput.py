@@ -195,14 +195,12 @@ def _print_profile(torch, step, device) -> None:
     """One more optimizer step under ``torch.profiler``; GPU time by kernel kind to stderr."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         step()
-        if device.type == "cuda":
+        if cuda:
             torch.cuda.synchronize()
-    cuda = device.type == "cuda"
     events = prof.key_averages()
     if cuda:  # kernels; else (CPU) operators' self time
         kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]

@@ -140,16 +140,21 @@ def quantile_average(draws: Sequence[np.ndarray], weights: Sequence[float]) -> n
     ----------
     .. [1] Lichtendahl, Grushka-Cockayne & Winkler (2013), Management Science 59(7).
     """
+    w, parts = _sorted_draws(draws, weights, "quantile_average")
+    return sum(wk * part for wk, part in zip(w, parts, strict=True))
+
+
+def _sorted_draws(
+    draws: Sequence[np.ndarray], weights: Sequence[float], caller: str
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Normalised weights and each law's draws sorted along the first axis (arguments checked)."""
     w = np.asarray(weights, dtype=float)
     if w.size != len(draws) or w.size == 0 or np.any(w < 0) or w.sum() <= 0:
-        raise ClimbError(f"quantile_average needs one weight >= 0 per law, got {w.tolist()}.")
+        raise ClimbError(f"{caller} needs one weight >= 0 per law, got {w.tolist()}.")
     shapes = {np.shape(d) for d in draws}
     if len(shapes) != 1:
-        raise ClimbError(f"quantile_average needs draws of one shape, got {sorted(shapes)}.")
-    w = w / w.sum()
-    return sum(
-        wk * np.sort(np.asarray(d, dtype=float), axis=0) for wk, d in zip(w, draws, strict=True)
-    )
+        raise ClimbError(f"{caller} needs draws of one shape, got {sorted(shapes)}.")
+    return w / w.sum(), [np.sort(np.asarray(d, dtype=float), axis=0) for d in draws]
 
 
 def copula_average(
@@ -190,24 +195,19 @@ def copula_average(
     .. [1] Lichtendahl, Grushka-Cockayne & Winkler (2013), Management Science 59(7).
     .. [2] Nelsen (2006), "An Introduction to Copulas", 2nd ed., Springer (Gaussian copula).
     """
-    out = quantile_average(draws, weights)  # checks the arguments
+    w, parts = _sorted_draws(draws, weights, "copula_average")
     corr = np.asarray(correlation, dtype=float)
     k = len(draws)
     if corr.shape != (k, k):
         raise ClimbError(f"copula_average needs a {k} x {k} correlation, got {corr.shape}.")
-    if np.allclose(corr, 1.0):
-        return out
+    if np.allclose(corr, 1.0):  # comonotone: the quantile average
+        return sum(wk * part for wk, part in zip(w, parts, strict=True))
     vals, vecs = np.linalg.eigh((corr + corr.T) / 2)
     root = vecs * np.sqrt(np.clip(vals, 0.0, None))  # root @ root.T = the projected matrix
     n = np.shape(draws[0])[0]
     z = np.random.default_rng(seed).standard_normal((n, k)) @ root.T
     ranks = np.argsort(np.argsort(z, axis=0, kind="stable"), axis=0)  # (n, K) in 0..n-1
-    w = np.asarray(weights, dtype=float)
-    w = w / w.sum()
-    return sum(
-        w[j] * np.take(np.sort(np.asarray(d, dtype=float), axis=0), ranks[:, j], axis=0)
-        for j, d in enumerate(draws)
-    )
+    return sum(w[j] * np.take(part, ranks[:, j], axis=0) for j, part in enumerate(parts))
 
 
 def error_correlation(residuals: Sequence[np.ndarray]) -> np.ndarray:

@@ -301,6 +301,14 @@ def _saturated_site(
     return value
 
 
+def _transfer_conditional(d_star, s_b: float, s_k: float, sqrt=math.sqrt) -> tuple:
+    """``(s_t, slope, sd)`` of the base prior on one budget ``d_star``: ``t = b s + kappa s /
+    d_star ~ Normal(0, s_t)`` and ``kappa s | t ~ Normal(slope t, sd)`` (:func:`_transfer_sites`;
+    ``sqrt`` is ``jnp.sqrt`` for a traced ``d_star``)."""
+    s_t = sqrt(s_b**2 + (s_k / d_star) ** 2)
+    return s_t, s_k**2 / (d_star * s_t**2), s_k * s_b / s_t
+
+
 def _transfer_sites(
     priors: Priors, d_star: float, log_saturation: jax.Array, on_saturated: bool
 ) -> tuple[jax.Array, jax.Array]:
@@ -320,12 +328,13 @@ def _transfer_sites(
     s_b, s_k = priors.transfer_scale, priors.decay_scale
     # d* = inf as a number (several budgets, joint fit): b saturated alone, no inf arithmetic.
     several = isinstance(d_star, float) and math.isinf(d_star)
-    s_t = s_b if several else jnp.sqrt(s_b**2 + (s_k / d_star) ** 2)
+    if several:
+        s_t, k_slope, k_sd = s_b, 0.0, s_k
+    else:
+        s_t, k_slope, k_sd = _transfer_conditional(d_star, s_b, s_k, jnp.sqrt)
     if on_saturated:
         t_sat = numpyro.sample("b_saturated", dist.Normal(0.0, s_t))
-        k_loc = 0.0 if several else t_sat * s_k**2 / (d_star * s_t**2)
-        k_sd = s_k if several else s_k * s_b / s_t
-        k_sat = numpyro.sample("kappa_saturated", dist.Normal(k_loc, k_sd))
+        k_sat = numpyro.sample("kappa_saturated", dist.Normal(t_sat * k_slope, k_sd))
     else:
         t_sat = numpyro.sample("b_saturated", dist.Normal(0.0, s_t).mask(False))
         k_sat = numpyro.sample("kappa_saturated", dist.Normal(0.0, s_k).mask(False))
@@ -582,7 +591,7 @@ def _one_budget_transfer(data: ModelData, priors: Priors) -> tuple[float, float]
     d_star = float(data.transfer_budget)
     if priors.hierarchical_transfer or math.isinf(d_star):
         return None
-    return d_star, math.hypot(priors.transfer_scale, priors.decay_scale / d_star)
+    return d_star, _transfer_conditional(d_star, priors.transfer_scale, priors.decay_scale)[0]
 
 
 def _full_share_bounded_sds(data: ModelData, priors: Priors) -> list[float]:
@@ -631,11 +640,9 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
     elif (one := _one_budget_transfer(data, priors)) is not None:
         # the factor bounds t = b + kappa / d*; kappa | t is the base prior's conditional
         d_star, s_t = one
-        s_b, s_k = priors.transfer_scale, priors.decay_scale
+        _, k_slope, k_sd = _transfer_conditional(d_star, priors.transfer_scale, priors.decay_scale)
         t = cond_sd(s_t) * normal(keys[7], (n_pairs,))
-        values["kappa_offdiag"] = t * s_k**2 / (d_star * s_t**2) + s_k * s_b / s_t * normal(
-            keys[5], (n_pairs,)
-        )
+        values["kappa_offdiag"] = t * k_slope + k_sd * normal(keys[5], (n_pairs,))
         values["b_offdiag"] = t - values["kappa_offdiag"] / d_star
     else:
         values["b_offdiag"] = cond_sd(priors.transfer_scale) * normal(keys[7], (n_pairs,))
