@@ -17,6 +17,7 @@ from climb_bayes.inference.nuts import NutsConfig
 from climb_bayes.inference.nuts_blocks import (
     CHUNK,
     MAX_THIN,
+    REFERENCE_DRAWS,
     TARGET_ESS_PER_DRAW,
     WARMUP_WINDOWS,
     _pooled_metric,
@@ -161,6 +162,17 @@ def test_block_thinning_follows_the_pilot_autocorrelation(rho):
     # The worst coordinate decides: one slow coordinate among fast ones.
     mixed = {"fast": _ar1(0.0), "slow": _ar1(0.95)[..., :1]}
     assert block_thinning(mixed) == MAX_THIN
+
+
+def test_block_thinning_aims_for_a_total_ess_from_the_reference_draws_up():
+    """ESS per draw 0.25 (AR(1), rho 0.6): thin 4 at 2,000 kept draws, 2 at 4,000 (the same
+    total ESS), and never more than the per-draw aim with fewer draws."""
+    pilot = {"a": _ar1(0.6)}
+    at_reference = block_thinning(pilot, REFERENCE_DRAWS)
+    assert at_reference == block_thinning(pilot) in (4, MAX_THIN)
+    assert block_thinning(pilot, 2 * REFERENCE_DRAWS) in (2, 3)
+    assert block_thinning(pilot, 2 * REFERENCE_DRAWS) < at_reference
+    assert block_thinning(pilot, REFERENCE_DRAWS // 2) == at_reference
 
 
 def test_thinned_stats_keep_every_divergence_and_count_every_step():
