@@ -4,6 +4,8 @@ Usage::
 
     python benchmarks/fit_speed.py                      # 5 and 16 languages, 2000 draws, 4 chains
     python benchmarks/fit_speed.py --languages 5 --samples 1000 --warmup 500
+    python benchmarks/fit_speed.py --languages 16 --warmup 500 --samples 4000 --target-accept 0.98
+                                                        # the settings of `climb-bayes fit`
 
 For each size: wall time of the first run (includes JAX compilation), compile time
 (estimated as first minus a second run with the same shapes when ``--repeat``), minimum bulk
@@ -60,6 +62,7 @@ def bench(m: int, args: argparse.Namespace) -> dict:
         chains=args.chains,
         warmup=args.warmup,
         samples=args.samples,
+        target_accept=args.target_accept,
         dense_mass=not args.diagonal,
         progress_bar=False,
         blocks=args.blocks,
@@ -98,6 +101,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--target-accept", type=float, default=0.95)
     ap.add_argument("--diagonal", action="store_true", help="diagonal mass matrix (default dense)")
     ap.add_argument(
         "--blocks",
