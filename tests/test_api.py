@@ -122,3 +122,17 @@ def test_release_clears_compiled_programs_only_above_the_share():
     assert release_compiled_programs(share=0.0)  # any use is above no share
     assert f._cache_size() == 0
     assert float(f(jnp.zeros(1))[0]) == 3.0  # still callable: compiles again
+
+
+def test_fit_command_and_api_fit_share_their_sampler_defaults():
+    """`climb-bayes fit` and `cb.fit` state their defaults apart (the CLI does not import the
+    API, and JAX with it, until it runs); they must stay the same settings."""
+    import inspect
+
+    from climb_bayes.cli.fit_cmd import fit as fit_command
+
+    api_defaults = {name: p.default for name, p in inspect.signature(cb.fit).parameters.items()}
+    cli_defaults = {p.name: p.default for p in fit_command.params}
+    shared = ("chains", "warmup", "samples", "target_accept", "max_tree_depth", "init", "seed")
+    assert {n: cli_defaults[n] for n in shared} == {n: api_defaults[n] for n in shared}
+    assert (api_defaults["warmup"], api_defaults["samples"]) == (500, 4000)

@@ -47,8 +47,9 @@ def _echo(msg: str) -> None:
     type=int,
     default=4000,
     show_default=True,
-    help="Total posterior draws over all chains (4 x 1000: 2000 left the default data's "
-    "max R-hat above 1.01 on 2 of 4 seeds; docs/model.md).",
+    help="Total posterior draws over all chains (4 x 1000: with 2000 the default data's "
+    "max R-hat exceeded 1.01 on 1 of 4 seeds, and on 2 of 4 with the former 1000 warm-up "
+    "and 0.95; docs/model.md).",
 )
 @click.option("--chains", type=int, default=4, show_default=True)
 @click.option("--warmup", type=int, default=500, show_default=True)
