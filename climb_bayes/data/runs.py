@@ -41,10 +41,15 @@ __all__ = [
     "dense_groups",
     "DEFAULT_TAIL_START",
     "PAPER_TAIL_POINTS",
+    "SERIES_COLUMN",
 ]
 
 DEFAULT_TAIL_START = 0.85
 """Default start of the fitted tail, as a fraction of each run's budget (last 15% of training)."""
+
+SERIES_COLUMN = "run_series"
+"""Optional column of both forms: runs with the same label are checkpoints of one training run
+(one seed and data order), so their losses share that run's deviation from the law."""
 
 PROPORTION_TOL = 1e-6
 """Absolute tolerance on ``sum(r) == 1`` per run when ``renormalize=False``."""
@@ -369,6 +374,12 @@ class RunsData:
             lo, hi = float(self.run_budgets.min()), float(self.run_budgets.max())
             budgets = f"{lo:.3g} tokens" if lo == hi else f"{lo:.3g} to {hi:.3g} tokens"
             lines.append(f"runs: {self.n_runs}, budgets {budgets}")
+            if self.run_series is not None:
+                n_series = np.unique(self.run_series).size
+                lines.append(
+                    f"run_series: the {self.n_runs} runs are checkpoints of {n_series} training "
+                    "run(s); the losses of one training run share its deviation from the law"
+                )
         else:
             lines.append("runs: 0")
         if self.form == "long":
@@ -441,6 +452,8 @@ class RunsData:
             columns[f"r_{lang}"] = self.run_proportions[:, j].copy()
         for j, lang in enumerate(self.languages):
             columns[f"loss_{lang}"] = self.point_loss[order, j].copy()
+        if self.run_series is not None:
+            columns[SERIES_COLUMN] = self.run_series.copy()
         return pd.DataFrame(columns)
 
     def _to_long(self) -> pd.DataFrame:
@@ -453,16 +466,17 @@ class RunsData:
         keep = (prop == 0) | np.isfinite(loss)  # an empty loss is only allowed at zero share
         run_ids = np.asarray(self.run_ids, dtype=object)
         langs = np.asarray(self.languages, dtype=object)
-        return pd.DataFrame(
-            {
-                "run_id": pd.Series(run_ids[runs[keep]], dtype=object),
-                "budget_tokens": self.run_budgets[runs[keep]],
-                "tokens_seen": self.point_tokens[pidx[keep]],
-                "language": pd.Series(langs[lidx[keep]], dtype=object),
-                "proportion": prop[keep],
-                "loss": loss[keep],
-            }
-        )
+        columns: dict[str, object] = {
+            "run_id": pd.Series(run_ids[runs[keep]], dtype=object),
+            "budget_tokens": self.run_budgets[runs[keep]],
+            "tokens_seen": self.point_tokens[pidx[keep]],
+            "language": pd.Series(langs[lidx[keep]], dtype=object),
+            "proportion": prop[keep],
+            "loss": loss[keep],
+        }
+        if self.run_series is not None:
+            columns[SERIES_COLUMN] = self.run_series[runs[keep]]
+        return pd.DataFrame(columns)
 
     def subset_runs(self, runs: np.ndarray | Sequence[int] | Sequence[bool]) -> RunsData:
         """Keep some runs (e.g. for cross-validation folds), recomputing points and observations.
@@ -849,6 +863,63 @@ def _labels(df: pd.DataFrame, column: str, source: str) -> np.ndarray:
     return np.asarray(s.astype(str).str.strip().to_numpy(dtype=object), dtype=object)
 
 
+def _series_codes(
+    df: pd.DataFrame,
+    source: str,
+    row_run: np.ndarray,
+    run_ids: Sequence[str],
+    run_rows: np.ndarray,
+    props: np.ndarray,
+) -> np.ndarray | None:
+    """``(n_runs,)`` trajectory codes from the optional ``run_series`` column, or ``None``.
+
+    A blank cell makes the run its own trajectory. The label must be the same on every row of
+    a run (long form), and the runs of one series must have the same mixture (checkpoints of
+    one training run).
+    """
+    if SERIES_COLUMN not in df.columns:
+        return None
+    col = df[SERIES_COLUMN]
+    blank = _is_blank(col)
+    labels = np.where(blank, "", col.astype(str).str.strip().to_numpy(dtype=object))
+    n_runs = len(run_ids)
+    per_run = np.empty(n_runs, dtype=object)
+    first_row = np.full(n_runs, -1, dtype=np.int64)
+    for i, (r, lab) in enumerate(zip(row_run, labels, strict=True)):
+        if first_row[r] < 0:
+            per_run[r], first_row[r] = lab, i
+        elif per_run[r] != lab:
+            _fail(
+                source,
+                f"run '{run_ids[r]}' has run_series {per_run[r] or '(empty)'!r} on row "
+                f"{first_row[r] + _ROW_OFFSET} and {lab or '(empty)'!r} here",
+                "give every row of a run the same run_series (the training run its "
+                "checkpoints belong to)",
+                row=i + _ROW_OFFSET,
+                column=SERIES_COLUMN,
+            )
+    # a blank label: the run is its own trajectory (a label no written one can equal)
+    keys = [lab if lab else ("", r) for r, lab in enumerate(per_run)]
+    codes = pd.factorize(pd.Series(keys, dtype=object))[0].astype(np.int64)
+    _, first = np.unique(codes, return_index=True)
+    lead = first[codes]  # the first run of each run's series
+    diff = np.max(np.abs(props - props[lead]), axis=1)
+    bad = diff > PROPORTION_TOL
+    if bad.any():
+        r = _first(bad)
+        _fail(
+            source,
+            f"runs '{run_ids[lead[r]]}' (row {run_rows[lead[r]]}) and '{run_ids[r]}' share "
+            f"run_series {per_run[r]!r} but not their mixture (shares differ by up to "
+            f"{diff[r]:.6g})",
+            "run_series labels the checkpoints of one training run, which have one mixture: "
+            "give runs of different mixtures different labels (or leave the cell empty)",
+            row=int(run_rows[r]),
+            column=SERIES_COLUMN,
+        )
+    return codes
+
+
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -1179,6 +1250,7 @@ def _parse_wide(
             _fail(source, problem, fix, row=int(rows[i]), column=col)
         loss[:, j] = values
 
+    series = _series_codes(df, source, np.arange(n), run_ids.tolist(), rows, props)
     zero = props == 0
     excluded = zero & np.isfinite(loss)
     loss[zero] = np.nan
@@ -1202,6 +1274,7 @@ def _parse_wide(
         tail_start=tail_start,
         point_n_excluded=excluded.sum(axis=1),
         run_n_dropped_head=np.zeros(n, dtype=np.int64),
+        run_series=series,
     )
 
 
@@ -1332,6 +1405,7 @@ def _parse_long(
         run_rows,
         "(column 'proportion')",
     )
+    series = _series_codes(df, source, run_codes, run_ids, run_rows, props)
     m = len(langs)
     new_lang_of_old = np.full(n_all, -1, dtype=np.int64)
     new_lang_of_old[idx] = np.arange(m)
@@ -1418,4 +1492,5 @@ def _parse_long(
         tail_start=tail_start,
         point_n_excluded=excluded.sum(axis=1),
         run_n_dropped_head=run_head,
+        run_series=series,
     )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -214,6 +216,53 @@ def test_to_frame_round_trip_long_data():
         d.to_frame("wide")
     with pytest.raises(ValueError):
         d.to_frame("tall")
+
+
+def checkpoint_frame() -> pd.DataFrame:
+    """Two training runs published as checkpoints (wide form), one sweep run without a label."""
+    return pd.DataFrame(
+        {
+            "run_id": ["m1@1k", "m1@2k", "m2@1k", "m2@2k", "m1@3k", "sweep"],
+            "tokens": [1e9, 2e9, 1e9, 2e9, 3e9, 2e9],
+            "r_en": [0.5, 0.5, 0.25, 0.25, 0.5, 0.25],
+            "r_fr": [0.5, 0.5, 0.75, 0.75, 0.5, 0.75],
+            "loss_en": [3.4, 3.2, 3.6, 3.4, 3.1, 3.45],
+            "loss_fr": [3.5, 3.3, 3.3, 3.1, 3.2, 3.15],
+            "run_series": ["m1", "m1", "m2", "m2", "m1", ""],
+        }
+    )
+
+
+@pytest.mark.parametrize("form", ["wide", "long"])
+def test_run_series_groups_checkpoints_of_one_training_run(form):
+    d = runs_from_frame(checkpoint_frame())
+    # m1 (3 checkpoints), m2 (2) and the unlabelled run on its own
+    np.testing.assert_array_equal(d.run_series, [0, 0, 1, 1, 0, 2])
+    assert "checkpoints of 3 training run(s)" in d.summary()
+    # one likelihood group per (training run, language), not per checkpoint
+    assert np.unique(d.obs_group).size == 3 * 2
+    unlabelled = runs_from_frame(checkpoint_frame().drop(columns="run_series"))
+    assert unlabelled.run_series is None and np.unique(unlabelled.obs_group).size == 12
+    e = runs_from_frame(d.to_frame(form))  # written and read back in either form
+    np.testing.assert_array_equal(e.run_series, d.run_series)
+    np.testing.assert_array_equal(e.obs_group, d.obs_group)
+    sub = d.subset_runs([1, 3, 4])
+    np.testing.assert_array_equal(sub.run_series, [0, 1, 0])
+
+
+def test_run_series_errors_name_row_column_and_fix():
+    df = checkpoint_frame()
+    df.loc[3, "run_series"] = "m1"  # m2@2k labelled m1 but trained on another mixture
+    with pytest.raises(RunsFormatError) as err:
+        runs_from_frame(df, source="ckpt.csv")
+    msg = str(err.value)
+    assert msg.startswith("ckpt.csv, row 5, column 'run_series'")
+    assert "'m1@1k' (row 2)" in msg and "'m2@2k'" in msg and "Fix:" in msg
+    long = runs_from_frame(checkpoint_frame()).to_frame("long")
+    long["run_series"] = long["run_series"].astype(object)
+    long.loc[1, "run_series"] = "other"  # one row of run m1@1k relabelled
+    with pytest.raises(RunsFormatError, match=r"row 3, column 'run_series'.*same run_series"):
+        runs_from_frame(long, source="ckpt.csv")
 
 
 # ------------------------------------------------------------------------------ subsetting
@@ -603,3 +652,13 @@ def test_cli_fit_tail_average(sim_frame3, tmp_path, capsys):
     n_runs = sim_frame3["run_id"].nunique()
     assert f"observations: {len(avg.obs_loss)} at {n_runs} evaluation points" in text
     assert main(["fit", str(path), "--method", "map", "--tail-average", "0", "-o", str(out)]) == 2
+
+
+def test_csv_examples_of_the_runs_format_page_parse():
+    """Every ```csv block of docs/runs-format.md is a valid runs table."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "runs-format.md").read_text()
+    blocks = [b.split("```")[0] for b in page.split("```csv\n")[1:]]
+    assert len(blocks) >= 3
+    parsed = [runs_from_frame(pd.read_csv(io.StringIO(b))) for b in blocks]
+    assert [d.form for d in parsed][:2] == ["wide", "long"]
+    assert any(d.run_series is not None for d in parsed)

@@ -1,0 +1,182 @@
+"""The intervals a user gets from the command line, on published checkpoints they were not fit on.
+
+Usage::
+
+    python benchmarks/cli_path.py [--sets rp-70M] [--data ../shared/data] [--work DIR]
+        [--no-series] [--fit-args "--samples 2000"] [--out FILE]
+
+``benchmarks/real_data.py`` scores the shipped predictive through the Python API, with the
+benchmark's own sampler settings and with each held-out checkpoint conditioned on its training
+run's fitted deviation. This script goes the way a user does: it writes the fitted checkpoints
+of a Data Mixing Laws set as a wide-form runs CSV (``run_series`` = the mixture's training run,
+docs/runs-format.md), runs ``climb-bayes fit`` with its defaults, asks ``climb-bayes predict
+--mixtures ... --budgets ...`` for every held-out mixture and budget (new runs: ``predict``
+knows nothing of the held-out trajectories), and scores the printed intervals against the
+published losses. ``--no-series`` leaves the ``run_series`` column out (every checkpoint its
+own run), as a table without it would be read. The splits are those of
+``benchmarks/real_data.py`` (``rp-<size>``: fit steps <= 16k, score the final 30k;
+``5mix-<size>``: fit <= 12k, score 20k and later); losses at share 0 are not scored.
+
+Rows ``expected`` are the law's own interval (parameter uncertainty only), ``predictive`` the
+interval for the loss of a new run (what ``predict`` reports as the answer). Skips cleanly
+(exit 0, one line) when the data folder is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from climb_bayes.data.published import shared_data_dir  # noqa: E402
+from climb_bayes.data.runs import SERIES_COLUMN  # noqa: E402
+
+LEVELS = ("50%", "90%")
+
+
+def write_split(obs, fit_sel, test_sel, folder: Path, series: bool) -> tuple[Path, Path, list]:
+    """The fit table (wide CSV), the held-out mixtures (CSV) and the held-out losses
+    ``[(mixture, budget, group, loss)]`` of one split."""
+    runs = obs.to_runs()
+    frame = runs.to_frame("wide")
+    labels = [f"mix{c}" for c in runs.series]
+    frame[SERIES_COLUMN] = labels
+    run_fit = np.zeros(runs.n_runs, dtype=bool)
+    run_test = np.zeros(runs.n_runs, dtype=bool)
+    run_fit[obs.run[fit_sel]] = True
+    run_test[obs.run[test_sel]] = True
+    fit_path = folder / "fit_runs.csv"
+    frame[run_fit].drop(columns=[] if series else [SERIES_COLUMN]).to_csv(fit_path, index=False)
+    test = frame[run_test]
+    shares = [c for c in frame.columns if c.startswith("r_")]
+    mix = test[[SERIES_COLUMN, *shares]].drop_duplicates(SERIES_COLUMN)
+    mix_path = folder / "heldout_mixtures.csv"
+    mix.rename(columns={SERIES_COLUMN: "name"}).to_csv(mix_path, index=False)
+    truth = [
+        (row[SERIES_COLUMN], float(row["tokens"]), c[2:], float(row["loss_" + c[2:]]))
+        for _, row in test.iterrows()
+        for c in shares
+        if row[c] > 0
+    ]
+    return fit_path, mix_path, truth
+
+
+def score(pred: pd.DataFrame, truth: list) -> list[dict]:
+    """Coverage of the central intervals and relative error of the median, per quantity."""
+    y = pd.DataFrame(truth, columns=["mixture", "budget", "language", "y"])
+    out = []
+    for quantity, rows in pred.groupby("quantity"):
+        d = y.merge(rows, on=["mixture", "budget", "language"], how="inner")
+        res = {"quantity": quantity, "n": len(d)}
+        for level in LEVELS:
+            inside = (d.y >= d[f"{level}_lo"]) & (d.y <= d[f"{level}_hi"])
+            res[f"cov{level[:-1]}"] = float(inside.mean())
+        res["mre"] = float(np.mean(np.abs(d["median"] / d.y - 1.0)))
+        out.append(res)
+    return out
+
+
+def run_set(name, obs, fit_sel, test_sel, work: Path, series: bool, fit_args: list[str]) -> dict:
+    folder = work / name
+    folder.mkdir(parents=True, exist_ok=True)
+    fit_path, mix_path, truth = write_split(obs, fit_sel, test_sel, folder, series)
+    fit_file = folder / "fit.nc"
+    print(f"{name}: climb-bayes fit {fit_path} {' '.join(fit_args)}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    fit = subprocess.run(
+        ["climb-bayes", "fit", str(fit_path), "-o", str(fit_file), *fit_args],
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - t0
+    (folder / "fit.stderr").write_text(fit.stderr)
+    if fit.returncode != 0:
+        tail = fit.stderr[-2000:]
+        raise SystemExit(f"{name}: climb-bayes fit failed ({fit.returncode}):\n{tail}")
+    verdict = next((ln for ln in fit.stdout.splitlines() if ln.startswith("verdict:")), "")
+    weights = next((ln.strip() for ln in fit.stdout.splitlines() if "weights:" in ln), "")
+    budgets = ",".join(f"{b:.17g}" for b in sorted({t[1] for t in truth}))
+    pred_path = folder / "predict.csv"
+    subprocess.run(
+        [
+            "climb-bayes", "predict", str(fit_file), "--mixtures", str(mix_path),
+            "--budgets", budgets, "-o", str(pred_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )  # fmt: skip
+    pred = pd.read_csv(pred_path)
+    return {
+        "set": name,
+        "seconds": seconds,
+        "verdict": verdict.removeprefix("verdict:").strip(),
+        "weights": weights.removeprefix("weights:").strip(),
+        "scores": score(pred, truth),
+    }
+
+
+def format_rows(results: list[dict], series: bool) -> str:
+    lines = [
+        f"run_series column: {'yes' if series else 'no (every checkpoint its own run)'}",
+        "",
+        "| set | quantity | n | cov50 | cov90 | MRE | fit s | fit verdict | stacking weights |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for s in r["scores"]:
+            lines.append(
+                f"| {r['set']} | {s['quantity']} | {s['n']} | {s['cov50']:.2f} | "
+                f"{s['cov90']:.2f} | {s['mre']:.2%} | {r['seconds']:.0f} | {r['verdict']} | "
+                f"{r['weights']} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", default="rp-70M", help="comma-separated, e.g. rp-70M,5mix-70M")
+    parser.add_argument("--data", type=Path, default=None, help="shared data folder")
+    parser.add_argument("--work", type=Path, default=None, help="keep the CSVs and fits here")
+    parser.add_argument("--no-series", action="store_true", help="leave run_series out")
+    parser.add_argument("--fit-args", default="", help="extra climb-bayes fit options")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args(argv)
+    data = args.data if args.data is not None else shared_data_dir()
+    if data is None or not Path(data).is_dir():
+        print("cli-path benchmark skipped: no shared data folder (../shared/data).")
+        return 0
+    from real_data import extrapolation_splits  # the benchmark's splits (sets up JAX)
+
+    wanted = [s.strip() for s in args.sets.split(",") if s.strip()]
+    sizes = tuple(sorted({s.split("-", 1)[1] for s in wanted}))
+    splits = {name: rest for name, *rest in extrapolation_splits(Path(data), sizes)}
+    unknown = [s for s in wanted if s not in splits]
+    if unknown:
+        parser.error(f"unknown set(s) {', '.join(unknown)}; known: {', '.join(splits)}")
+    work = args.work or Path(tempfile.mkdtemp(prefix="climb-cli-path-"))
+    series = not args.no_series
+    t0 = time.perf_counter()
+    results = [
+        run_set(name, *splits[name], work, series, shlex.split(args.fit_args)) for name in wanted
+    ]
+    text = format_rows(results, series) + f"\n\n- total time {time.perf_counter() - t0:.0f} s"
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
