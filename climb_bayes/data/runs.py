@@ -629,7 +629,9 @@ def read_runs(
     ----------
     path : str or path-like
         A ``.csv``, ``.parquet`` or ``.pq`` file in the wide or long form
-        (see ``docs/runs-format.md``); the form is detected from the columns.
+        (see ``docs/runs-format.md``); the form is detected from the columns. An optional
+        ``run_series`` column names the training run each row is a checkpoint of
+        (:data:`SERIES_COLUMN`; :attr:`RunsData.run_series`).
     tail_start : float, default 0.85
         Long form: keep only evaluation points with
         ``tokens_seen >= tail_start * budget_tokens``. Must be in ``(0, 1]``.
