@@ -662,3 +662,16 @@ def test_csv_examples_of_the_runs_format_page_parse():
     parsed = [runs_from_frame(pd.read_csv(io.StringIO(b))) for b in blocks]
     assert [d.form for d in parsed][:2] == ["wide", "long"]
     assert any(d.run_series is not None for d in parsed)
+
+
+def test_cli_reports_a_bad_run_series_with_exit_code_2(tmp_path, capsys):
+    from climb_bayes.cli import main
+
+    df = checkpoint_frame()
+    df.loc[3, "run_series"] = "m1"  # another mixture's checkpoint labelled m1
+    path = tmp_path / "ckpt.csv"
+    df.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "map", "-o", str(tmp_path / "fit.nc")]) == 2
+    err = capsys.readouterr().err
+    assert "row 5, column 'run_series'" in err and "Fix:" in err
+    assert "Traceback" not in err and not (tmp_path / "fit.nc").exists()
