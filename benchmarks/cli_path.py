@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from climb_bayes.data.published import shared_data_dir  # noqa: E402
 from climb_bayes.data.runs import SERIES_COLUMN  # noqa: E402
+from climb_bayes.evaluation.metrics import mean_relative_error  # noqa: E402
 
 LEVELS = ("50%", "90%")
 
@@ -50,8 +51,7 @@ def write_split(obs, fit_sel, test_sel, folder: Path, series: bool) -> tuple[Pat
     ``[(mixture, budget, group, loss)]`` of one split."""
     runs = obs.to_runs()
     frame = runs.to_frame("wide")
-    labels = [f"mix{c}" for c in runs.series]
-    frame[SERIES_COLUMN] = labels
+    frame[SERIES_COLUMN] = [f"mix{c}" for c in runs.series]  # readable labels, not codes
     run_fit = np.zeros(runs.n_runs, dtype=bool)
     run_test = np.zeros(runs.n_runs, dtype=bool)
     run_fit[obs.run[fit_sel]] = True
@@ -82,7 +82,7 @@ def score(pred: pd.DataFrame, truth: list) -> list[dict]:
         for level in LEVELS:
             inside = (d.y >= d[f"{level}_lo"]) & (d.y <= d[f"{level}_hi"])
             res[f"cov{level[:-1]}"] = float(inside.mean())
-        res["mre"] = float(np.mean(np.abs(d["median"] / d.y - 1.0)))
+        res["mre"] = mean_relative_error(d["median"].to_numpy(), d.y.to_numpy())
         out.append(res)
     return out
 

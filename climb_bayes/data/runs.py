@@ -884,22 +884,23 @@ def _series_codes(
     col = df[SERIES_COLUMN]
     blank = _is_blank(col)
     labels = np.where(blank, "", col.astype(str).str.strip().to_numpy(dtype=object))
-    n_runs = len(run_ids)
-    per_run = np.empty(n_runs, dtype=object)
-    first_row = np.full(n_runs, -1, dtype=np.int64)
-    for i, (r, lab) in enumerate(zip(row_run, labels, strict=True)):
-        if first_row[r] < 0:
-            per_run[r], first_row[r] = lab, i
-        elif per_run[r] != lab:
-            _fail(
-                source,
-                f"run '{run_ids[r]}' has run_series {per_run[r] or '(empty)'!r} on row "
-                f"{first_row[r] + _ROW_OFFSET} and {lab or '(empty)'!r} here",
-                "give every row of a run the same run_series (the training run its "
-                "checkpoints belong to)",
-                row=i + _ROW_OFFSET,
-                column=SERIES_COLUMN,
-            )
+    # the label constant within a run (long form), checked like budget_tokens
+    by_run = pd.Series(labels, dtype=object).groupby(row_run)
+    _, first_row = np.unique(row_run, return_index=True)
+    per_run = labels[first_row]
+    mixed = by_run.nunique().to_numpy() > 1
+    if mixed.any():
+        r = _first(mixed)
+        i = _first((row_run == r) & (labels != per_run[r]))
+        _fail(
+            source,
+            f"run '{run_ids[r]}' has run_series {per_run[r] or '(empty)'!r} on row "
+            f"{first_row[r] + _ROW_OFFSET} and {labels[i] or '(empty)'!r} here",
+            "give every row of a run the same run_series (the training run its "
+            "checkpoints belong to)",
+            row=i + _ROW_OFFSET,
+            column=SERIES_COLUMN,
+        )
     # a blank label: the run is its own trajectory (a label no written one can equal)
     keys = [lab if lab else ("", r) for r, lab in enumerate(per_run)]
     codes = pd.factorize(pd.Series(keys, dtype=object))[0].astype(np.int64)
