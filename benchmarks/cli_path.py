@@ -46,9 +46,13 @@ from climb_bayes.evaluation.metrics import mean_relative_error  # noqa: E402
 LEVELS = ("50%", "90%")
 
 
-def write_split(obs, fit_sel, test_sel, folder: Path, series: bool) -> tuple[Path, Path, list]:
-    """The fit table (wide CSV), the held-out mixtures (CSV) and the held-out losses
-    ``[(mixture, budget, group, loss)]`` of one split."""
+def write_split(
+    obs, fit_sel, test_sel, folder: Path, series: bool
+) -> tuple[Path, Path, list, dict[str, str]]:
+    """The fit table (wide CSV), the held-out mixtures (CSV), the held-out losses
+    ``[(mixture, budget, group, loss)]`` of one split, and per held-out mixture the ``run_id``
+    of its latest fitted checkpoint (for ``predict --continue-run``; absent when none was
+    fitted)."""
     runs = obs.to_runs()
     frame = runs.to_frame("wide")
     frame[SERIES_COLUMN] = [f"mix{c}" for c in runs.series]  # readable labels, not codes
@@ -69,7 +73,9 @@ def write_split(obs, fit_sel, test_sel, folder: Path, series: bool) -> tuple[Pat
         for c in shares
         if row[c] > 0
     ]
-    return fit_path, mix_path, truth
+    fitted = frame[run_fit].sort_values("tokens")
+    latest = fitted.groupby(SERIES_COLUMN)["run_id"].last().to_dict()
+    return fit_path, mix_path, truth, latest
 
 
 def score(pred: pd.DataFrame, truth: list) -> list[dict]:
@@ -87,44 +93,61 @@ def score(pred: pd.DataFrame, truth: list) -> list[dict]:
     return out
 
 
-def run_set(name, obs, fit_sel, test_sel, work: Path, series: bool, fit_args: list[str]) -> dict:
+def run_set(
+    name, obs, fit_sel, test_sel, work: Path, series: bool, fit_args: list[str], reuse: bool
+) -> dict:
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
-    fit_path, mix_path, truth = write_split(obs, fit_sel, test_sel, folder, series)
+    fit_path, mix_path, truth, latest = write_split(obs, fit_sel, test_sel, folder, series)
     fit_file = folder / "fit.nc"
-    print(f"{name}: climb-bayes fit {fit_path} {' '.join(fit_args)}", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    fit = subprocess.run(
-        ["climb-bayes", "fit", str(fit_path), "-o", str(fit_file), *fit_args],
-        capture_output=True,
-        text=True,
-    )
-    seconds = time.perf_counter() - t0
-    (folder / "fit.stderr").write_text(fit.stderr)
-    if fit.returncode != 0:
-        tail = fit.stderr[-2000:]
-        raise SystemExit(f"{name}: climb-bayes fit failed ({fit.returncode}):\n{tail}")
-    verdict = next((ln for ln in fit.stdout.splitlines() if ln.startswith("verdict:")), "")
-    weights = next((ln.strip() for ln in fit.stdout.splitlines() if "weights:" in ln), "")
-    budgets = ",".join(f"{b:.17g}" for b in sorted({t[1] for t in truth}))
+    fit_out, fit_time = folder / "fit.stdout", folder / "fit.seconds"
+    if not (reuse and fit_file.exists() and fit_out.exists() and fit_time.exists()):
+        print(f"{name}: climb-bayes fit {fit_path} {' '.join(fit_args)}", file=sys.stderr)
+        t0 = time.perf_counter()
+        fit = subprocess.run(
+            ["climb-bayes", "fit", str(fit_path), "-o", str(fit_file), *fit_args],
+            capture_output=True,
+            text=True,
+        )
+        (folder / "fit.stderr").write_text(fit.stderr)
+        if fit.returncode != 0:
+            tail = fit.stderr[-2000:]
+            raise SystemExit(f"{name}: climb-bayes fit failed ({fit.returncode}):\n{tail}")
+        fit_out.write_text(fit.stdout)
+        fit_time.write_text(f"{time.perf_counter() - t0:.1f}\n")
+    stdout = fit_out.read_text().splitlines()
+    verdict = next((ln for ln in stdout if ln.startswith("verdict:")), "")
+    weights = next((ln.strip() for ln in stdout if "weights:" in ln), "")
+    budgets = sorted({t[1] for t in truth})
     pred_path = folder / "predict.csv"
-    subprocess.run(
-        [
-            "climb-bayes", "predict", str(fit_file), "--mixtures", str(mix_path),
-            "--budgets", budgets, "-o", str(pred_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )  # fmt: skip
+    _predict(fit_file, pred_path, budgets, ["--mixtures", str(mix_path)])
     pred = pd.read_csv(pred_path)
+    scores = score(pred, truth)
+    if series:  # each held-out mixture as the continuation of its fitted training run
+        print(f"{name}: predict --continue-run, {len(latest)} runs", file=sys.stderr)
+        parts = []
+        for mix, run_id in latest.items():
+            mine = sorted({t[1] for t in truth if t[0] == mix})
+            if mine:
+                path = folder / "continue.csv"
+                _predict(fit_file, path, mine, ["--continue-run", run_id])
+                parts.append(pd.read_csv(path).assign(mixture=mix))
+        cont = pd.concat(parts).query("quantity == 'predictive'")
+        scores += score(cont.assign(quantity="continued run"), truth)
     return {
         "set": name,
-        "seconds": seconds,
+        "seconds": float(fit_time.read_text()),
         "verdict": verdict.removeprefix("verdict:").strip(),
         "weights": weights.removeprefix("weights:").strip(),
-        "scores": score(pred, truth),
+        "scores": scores,
     }
+
+
+def _predict(fit_file: Path, out: Path, budgets: list[float], args: list[str]) -> None:
+    """``climb-bayes predict FIT --budgets ... ARGS -o OUT`` (the table it writes)."""
+    text = ",".join(f"{b:.17g}" for b in budgets)
+    cmd = ["climb-bayes", "predict", str(fit_file), "--budgets", text, *args, "-o", str(out)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
 
 
 def format_rows(results: list[dict], series: bool) -> str:
@@ -152,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-series", action="store_true", help="leave run_series out")
     parser.add_argument("--fit-args", default="", help="extra climb-bayes fit options")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep a fit already in --work (same split and code)"
+    )
     args = parser.parse_args(argv)
     data = args.data if args.data is not None else shared_data_dir()
     if data is None or not Path(data).is_dir():
@@ -169,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     series = not args.no_series
     t0 = time.perf_counter()
     results = [
-        run_set(name, *splits[name], work, series, shlex.split(args.fit_args)) for name in wanted
+        run_set(name, *splits[name], work, series, shlex.split(args.fit_args), args.reuse)
+        for name in wanted
     ]
     text = format_rows(results, series) + f"\n\n- total time {time.perf_counter() - t0:.0f} s"
     print(text)

@@ -198,7 +198,7 @@ def _mixture_rows(mixtures: MixtureLike, languages: Sequence[str]) -> np.ndarray
 
 def predict(
     fit: Fit,
-    mixtures: MixtureLike,
+    mixtures: MixtureLike | None,
     budgets: float | Sequence[float],
     *,
     law: str | None = None,
@@ -206,6 +206,7 @@ def predict(
     seed: int = 0,
     n_samples: int = 4000,
     combine: str = "quantile",
+    continue_run: str | None = None,
 ) -> pd.DataFrame:
     """Loss of every language at given mixtures and budgets, with intervals (``predict``).
 
@@ -213,8 +214,9 @@ def predict(
     ----------
     fit : Fit
         From :func:`fit` or :func:`load_fit`.
-    mixtures : dict, array (m,) or (B, m), or "uniform"
-        Shares per language (a dict may omit languages with share 0).
+    mixtures : dict, array (m,) or (B, m), "uniform", or None
+        Shares per language (a dict may omit languages with share 0); ``None`` with
+        ``continue_run`` (the run's own mixture).
     budgets : float or sequence of float
         Training tokens; one per mixture row, or one for all.
     law : str, optional
@@ -226,14 +228,19 @@ def predict(
     combine : {"quantile", "mixture"}
         How the stacked laws' intervals are combined: their quantiles averaged with the
         stacking weights, or their distributions mixed (``predict --combine``).
+    continue_run : str, optional
+        A fitted training run to continue, named by any of its checkpoints' ``run_id``
+        (``predict --continue-run``; :mod:`climb_bayes.decisions.continuation`): the
+        ``"predictive"`` rows are then that run at ``budgets``, its fitted deviation from the
+        law carried forward, instead of a new run of the mixture.
 
     Returns
     -------
     pandas.DataFrame
         One row per (mixture, budget, language, quantity): ``quantity`` ``"expected"`` (the
-        laws' prediction: parameter and law uncertainty) or ``"predictive"`` (one new run: also
-        the extrapolation discrepancy and run-to-run noise); mean, median and ``lo``/``hi``
-        columns per level, in nats/token.
+        laws' prediction: parameter and law uncertainty) or ``"predictive"`` (one new run, or
+        the continued one: also the extrapolation discrepancy and run-to-run noise); mean,
+        median and ``lo``/``hi`` columns per level, in nats/token.
 
     Examples
     --------
@@ -247,12 +254,28 @@ def predict(
     setup_jax()
     from climb_bayes.decisions.prediction import ensemble_table
 
-    rows = _mixture_rows(mixtures, fit.languages)
+    series = None
+    if continue_run is not None:
+        from climb_bayes.decisions.continuation import continued_run
+
+        if mixtures is not None:
+            raise ClimbError("continue_run keeps the run's own mixture: pass mixtures=None.")
+        run = continued_run(fit.runs, continue_run)
+        rows, series = run.shares[None, :], run.series
+    else:
+        rows = _mixture_rows(mixtures, fit.languages)
     ens = fit.ensemble()
     if law is not None:
         ens = ens.only(law.strip().lower())
     return ensemble_table(
-        ens, rows, budgets, levels=levels, seed=seed, n_samples=n_samples, combine=combine
+        ens,
+        rows,
+        budgets,
+        levels=levels,
+        seed=seed,
+        n_samples=n_samples,
+        combine=combine,
+        series=series,
     )
 
 

@@ -37,10 +37,10 @@ __all__ = ["predict"]
 )
 @click.option(
     "--mixture",
-    default="uniform",
-    show_default=True,
+    default=None,
+    show_default=False,
     help="Mixture: en=0.3,de=0.2,... | a file (JSON, CSV language,share, plan CSV[#run_id]) | "
-    "uniform | natural | temperature[:tau] | unimax[:epochs] | isolated.",
+    "uniform | natural | temperature[:tau] | unimax[:epochs] | isolated.  [default: uniform]",
 )
 @click.option(
     "--mixtures",
@@ -50,6 +50,15 @@ __all__ = ["predict"]
     help="Many named mixtures at once (CSV name,<lang>,... or r_<lang> columns, e.g. a plan; "
     "or JSON): every mixture x every budget in one vectorised pass; prints one line per "
     "(mixture, budget, language).",
+)
+@click.option(
+    "--continue-run",
+    "continue_run",
+    default=None,
+    metavar="RUN_ID",
+    help="Predict the fitted training run that checkpoint RUN_ID belongs to, continued to the "
+    "budget(s) (its mixture; its fitted deviation from the law carried forward), instead of a "
+    "new run. Checkpoints of one run share a run_series label in the runs table.",
 )
 @click.option("--levels", default="0.5,0.9", show_default=True, help="Central interval levels.")
 @click.option(
@@ -99,8 +108,9 @@ def predict(
     strict: bool,
     budget: str | None,
     budgets_text: str | None,
-    mixture: str,
+    mixture: str | None,
     mixtures_file: Path | None,
+    continue_run: str | None,
     levels: str,
     available: Path | None,
     max_epochs: float,
@@ -117,10 +127,15 @@ def predict(
     median and central intervals, in nats/token. A language with share 0 has an unbounded
     predicted loss (reported as inf).
 
+    With --continue-run RUN_ID the predictive rows are that fitted training run continued
+    (e.g. the 60k-step loss of a run checkpointed up to 30k steps): its own deviation from the
+    law, seen in its fitted checkpoints, is carried forward instead of a new run's.
+
     Example: climb-bayes predict fit.nc --budget 1e12 --mixture en=0.5,de=0.3,zh=0.2
     """
     from climb_bayes.decisions.constraints import read_availability
-    from climb_bayes.decisions.mixtures import resolve_mixture
+    from climb_bayes.decisions.continuation import continued_run
+    from climb_bayes.decisions.mixtures import Mixture, resolve_mixture
     from climb_bayes.decisions.optimization import thin_index
     from climb_bayes.decisions.prediction import ensemble_table
     from climb_bayes.model.law import LawParams
@@ -137,15 +152,25 @@ def predict(
         ens = ens.only(law_name.strip().lower())
     n_samples = 4000 if max_draws is None else max(max_draws, 200)
     if mixtures_file is not None:
-        if mixture != "uniform":
+        if mixture is not None:
             raise ClimbError("give --mixture (one) or --mixtures FILE (many), not both.")
+        if continue_run is not None:
+            raise ClimbError("--continue-run keeps the run's own mixture: leave out --mixtures.")
         _predict_many(fit, fit_file, ens, mixtures_file, budgets, lv, seed, n_samples, out, combine)
         return
-    idx = thin_index(fit.n_draws, max_draws)
-    law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
-    mixes = [
-        resolve_mixture(mixture, langs, budget=b, availability=avail, law=law) for b in budgets
-    ]
+    run = None
+    if continue_run is not None:
+        if mixture is not None:
+            raise ClimbError("--continue-run keeps the run's own mixture: leave out --mixture.")
+        run = continued_run(fit.runs, continue_run)
+        mixes = [Mixture(f"run {run.run_id}", run.shares, langs)] * len(budgets)
+    else:
+        idx = thin_index(fit.n_draws, max_draws)
+        law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
+        mixes = [
+            resolve_mixture(mixture or "uniform", langs, budget=b, availability=avail, law=law)
+            for b in budgets
+        ]
     table = ensemble_table(
         ens,
         np.stack([m.shares for m in mixes]),
@@ -155,9 +180,12 @@ def predict(
         mixture_names=[m.name for m in mixes],
         n_samples=n_samples,
         combine=combine,
+        series=None if run is None else run.series,
     )
     click.echo(fit_header(fit, fit_file))
     click.echo(predictive_line(ens, combine))
+    if run is not None:
+        click.echo(_continuation_line(run, ens))
     if fit.method != "nuts":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
@@ -187,9 +215,10 @@ def predict(
                 f"  note: {', '.join(zero)} get(s) no data (share 0): CLIMB predicts an "
                 f"unbounded loss there (inf)."
             )
+    who = "one new run" if run is None else f"the training run of {run.run_id}, continued"
     click.echo(
         "\nlosses in nats/token; 'param' = the law's expected loss (parameter and law "
-        "uncertainty only); 'predictive' = one new run (also the extrapolation discrepancy, "
+        f"uncertainty only); 'predictive' = {who} (also the extrapolation discrepancy, "
         "which grows with the distance beyond the fitted budgets, and run-to-run noise)."
     )
     if out is not None:
@@ -242,6 +271,23 @@ def _predict_many(
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")
+
+
+def _continuation_line(run: object, ens: object) -> str:
+    """What ``--continue-run`` conditions on (and a warning when nothing can be carried)."""
+    ids = run.checkpoints
+    shown = ", ".join(ids if len(ids) <= 4 else [*ids[:2], "...", ids[-1]])
+    line = (
+        f"continuing the training run of {run.run_id}: {len(ids)} fitted checkpoint(s) ({shown}),"
+        f" the latest at {fmt_tokens(run.last_budget)} tokens; its fitted deviation from the law "
+        "is carried forward"
+    )
+    if all(f.sigma_run is None for f in ens.fits.values()):
+        line += (
+            "\nwarning: the fit has no run effect (priors run_effect = false), so it has no "
+            "run deviation to carry: the predictive is that of a new run of this mixture"
+        )
+    return line
 
 
 def _pct(level: float) -> str:

@@ -300,6 +300,7 @@ def ensemble_table(
     mixture_names: Sequence[str] | None = None,
     n_samples: int = MIN_PREDICTIVE_SAMPLES,
     combine: str = "quantile",
+    series: int | None = None,
 ) -> pd.DataFrame:
     """Per-language predictions of a :class:`~climb_bayes.inference.ensemble.LawEnsemble` (the
     default predictive) at each (mixture, budget) pair.
@@ -319,13 +320,17 @@ def ensemble_table(
     combine : {"quantile", "mixture"}
         Average the laws' quantiles with the stacking weights (default) or mix their
         distributions (:meth:`~climb_bayes.inference.ensemble.LawEnsemble.predictive_samples`).
+    series : int, optional
+        ``run_series`` code of a fitted training run (:mod:`climb_bayes.decisions.continuation`):
+        the ``"predictive"`` rows are then that run continued (its fitted deviation from the
+        law carried forward) instead of a new run; ``mixtures`` must be its mixture.
 
     Returns
     -------
     pandas.DataFrame
         Long table like :func:`predict_table`; ``quantity`` is ``"expected"`` (the laws'
-        prediction: parameter and law uncertainty only) or ``"predictive"`` (one new run:
-        also the extrapolation discrepancy, the run effect and noise).
+        prediction: parameter and law uncertainty only) or ``"predictive"`` (one new run, or
+        the continued one: also the extrapolation discrepancy, the run effect and noise).
     """
     r = np.atleast_2d(np.asarray(mixtures, dtype=float))
     budgets = np.asarray([float(b) for b in np.atleast_1d(budgets)])
@@ -338,7 +343,10 @@ def ensemble_table(
     if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
         raise ClimbError(f"budgets must be positive numbers of tokens, got {budgets.tolist()}.")
     levels = tuple(float(x) for x in levels)
-    law, pred = ens.law_and_predictive_draws(r, budgets, n_samples, seed=seed, combine=combine)
+    codes = None if series is None else np.full(budgets.size, int(series))
+    law, pred = ens.law_and_predictive_draws(
+        r, budgets, n_samples, seed=seed, combine=combine, series=codes
+    )
     summaries = {
         "expected": summarize(np.exp(law), levels),
         "predictive": summarize(np.exp(pred), levels),

@@ -381,12 +381,15 @@ class LawEnsemble:
         *,
         seed: int = 0,
         combine: str = "quantile",
+        series: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(n, B, m)`` stacked draws of the laws' ``log L`` (parameters only) and of a new
         run's ``log y`` (full predictive) at mixtures ``r`` ``(B, m)`` and budgets ``(B,)``,
-        combined as in :meth:`predictive_samples`."""
+        combined as in :meth:`predictive_samples`; with ``series`` the continuation of those
+        fitted training runs instead of a new run
+        (:func:`~climb_bayes.inference.predictive.law_and_predictive_draws`)."""
         law, pred = self._combined(
-            lambda fit, n, s: law_and_predictive_draws(fit, r, tokens, n, seed=s),
+            lambda fit, n, s: law_and_predictive_draws(fit, r, tokens, n, seed=s, series=series),
             n_samples,
             seed,
             combine,

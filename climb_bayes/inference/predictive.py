@@ -281,12 +281,23 @@ def pointwise_log_likelihood(fit: LawFit, obs: Observations) -> np.ndarray:
     return np.asarray(jax.jit(jax.vmap(one))(*(jnp.asarray(a) for a in args)))
 
 
-def query_observations(groups: tuple[str, ...], r: np.ndarray, tokens: np.ndarray) -> Observations:
+def query_observations(
+    groups: tuple[str, ...],
+    r: np.ndarray,
+    tokens: np.ndarray,
+    series: np.ndarray | None = None,
+) -> Observations:
     """Observations at new points: every group of each mixture ``r`` (``(B, m)``) at its
-    budget ``tokens`` (``(B,)``), as new runs (placeholder losses of 1; for prediction only)."""
+    budget ``tokens`` (``(B,)``) (placeholder losses of 1; for prediction only).
+
+    ``series`` (``(B,)`` int, optional) gives each point the ``run_series`` code of a fitted
+    training run it continues (its mixture must be that run's); by default every point is a new
+    run."""
     r = np.atleast_2d(np.asarray(r, dtype=float))
     tokens = np.atleast_1d(np.asarray(tokens, dtype=float))
     n_pts, m = r.shape
+    new_runs = -1 - np.arange(n_pts)  # labels no fitted run has
+    codes = new_runs if series is None else np.broadcast_to(np.asarray(series), (n_pts,))
     return Observations(
         groups=groups,
         run_ids=tuple(f"query-{i}" for i in range(n_pts)),
@@ -296,21 +307,33 @@ def query_observations(groups: tuple[str, ...], r: np.ndarray, tokens: np.ndarra
         tokens=np.repeat(tokens, m),
         group=np.tile(np.arange(m), n_pts),
         loss=np.ones(n_pts * m),
-        run_series=-1 - np.arange(n_pts),  # labels no fitted run has: new runs
+        run_series=codes,
     )
 
 
 def law_and_predictive_draws(
-    fit: LawFit, r: np.ndarray, tokens: np.ndarray, n_samples: int, *, seed: int = 0
+    fit: LawFit,
+    r: np.ndarray,
+    tokens: np.ndarray,
+    n_samples: int,
+    *,
+    seed: int = 0,
+    series: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(n, B, m)`` draws of the law's ``log L`` (parameters only) and of one new run's
-    ``log y`` (parameters, discrepancy, run effect and noise) at mixtures ``r`` and budgets
-    ``tokens``; ``+inf`` where a group has share 0 and the law cannot predict it."""
-    obs = query_observations(fit.groups, r, tokens)
-    parts = predictive_parts(fit, obs, known_runs=False)
+    """``(n, B, m)`` draws of the law's ``log L`` (parameters only) and of one run's ``log y``
+    (parameters, discrepancy, run effect and noise) at mixtures ``r`` and budgets ``tokens``;
+    ``+inf`` where a group has share 0 and the law cannot predict it.
+
+    The run is a new one, or with ``series`` (``(B,)`` ``run_series`` codes of the fit's runs,
+    :func:`query_observations`) the continuation of a fitted training run: its run effect is
+    then conditioned on that run's fitted residuals (:func:`predictive_parts` with
+    ``known_runs``)."""
+    obs = query_observations(fit.groups, r, tokens, series)
+    known = series is not None
+    parts = predictive_parts(fit, obs, known_runs=known)
     idx = draw_index(parts.law.shape[0], n_samples, seed)
     law = parts.law[idx]
-    pred = predictive_samples(fit, obs, n_samples, seed=seed, known_runs=False, parts=parts)
+    pred = predictive_samples(fit, obs, n_samples, seed=seed, known_runs=known, parts=parts)
     shape = (n_samples,) + np.atleast_2d(r).shape
     law, pred = law.reshape(shape), pred.reshape(shape)
     if not fit.law.zero_share_ok:

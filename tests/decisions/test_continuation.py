@@ -1,0 +1,124 @@
+"""``predict --continue-run``: a fitted training run continued, not a new run of its mixture."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import climb_bayes as cb
+from climb_bayes.cli import main
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.runs import SERIES_COLUMN, runs_from_frame
+from climb_bayes.decisions.continuation import continued_run
+from climb_bayes.errors import ClimbError
+from climb_bayes.model.simulate import example_params, simulate_runs
+
+LANGS = ("en", "de", "zh")
+RUN_SD = 0.05
+"""sd of each training run's own log-loss deviation (5x the point noise of the world)."""
+N_SEEDS = 3
+
+
+def _label(run_id: str) -> str:
+    return run_id.rsplit("-", 1)[0]  # "s0-en-c0.5-25B" -> "s0-en-c0.5": (seed, mixture)
+
+
+def _with_run_effects(frame: pd.DataFrame, offsets: dict) -> pd.DataFrame:
+    """Each (training run, language) loss shifted by its persistent log-offset."""
+    out = frame.copy()
+    out[SERIES_COLUMN] = out["run_id"].map(_label)
+    shift = [
+        offsets[(s, lang)] for s, lang in zip(out[SERIES_COLUMN], out["language"], strict=True)
+    ]
+    out["loss"] = out["loss"] * np.exp(shift)
+    return out
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Checkpoints at 5B and 25B tokens of 27 training runs (3 seeds of each of 9 mixtures),
+    each with its own persistent deviation from the law, and the same runs continued to 250B
+    (the truth to predict). With one run per mixture the law could absorb the deviations (they
+    would be the mixtures'); seeds make them the runs'."""
+    params = example_params(LANGS, seed=3, sigma=0.01)
+    plan = algorithm1_design(LANGS, (5e9, 2.5e10), seed=0, pool="central")
+    design = pd.concat(
+        [plan.assign(run_id=f"s{k}-" + plan.run_id) for k in range(N_SEEDS)], ignore_index=True
+    )
+    rng = np.random.default_rng(7)
+    series = sorted({_label(r) for r in design.run_id})
+    offsets = {(s, lang): RUN_SD * rng.standard_normal() for s in series for lang in LANGS}
+    fitted = _with_run_effects(simulate_runs(params, design, seed=0), offsets)
+    late = design[design.tokens == 2.5e10].assign(tokens=2.5e11)
+    late["run_id"] = late["run_id"].str.replace("-25B", "-250B")
+    truth = _with_run_effects(simulate_runs(params, late, seed=1), offsets)
+    final = truth[truth.tokens_seen == truth.budget_tokens].dropna(subset=["loss"])
+    runs = runs_from_frame(fitted, source="checkpoints.csv")
+    fit = cb.fit(runs, laws=("climb",), method="map", lfo="none")
+    return runs, fit, final, offsets
+
+
+def test_continued_run_names_the_training_run_of_a_checkpoint(world):
+    runs, *_ = world
+    run = continued_run(runs, "s1-de-c0.2-5B")
+    assert run.checkpoints == ("s1-de-c0.2-5B", "s1-de-c0.2-25B")
+    assert run.last_budget == 2.5e10
+    np.testing.assert_allclose(run.shares, [0.4, 0.2, 0.4])
+    assert continued_run(runs, "s1-de-c0.2-25B").series == run.series
+    with pytest.raises(ClimbError, match=r"no run 's1-de-c0.2-50B'.*did you mean 's1-de-c0.2-5B'"):
+        continued_run(runs, "s1-de-c0.2-50B")
+
+
+def test_continuing_a_run_carries_its_deviation_forward(world):
+    """At 10x the largest fitted budget, the continued run's median sits off a new run's by the
+    run's own deviation (sd 0.05 in log-loss here, 5x the point noise), learned from its two
+    fitted checkpoints: a predictive that drops the fitted residuals, or conditions on another
+    run's, is uncorrelated with the true deviations."""
+    runs, fit, final, offsets = world
+    carried, true = [], []
+    for series, rows in final.groupby(SERIES_COLUMN):
+        run = continued_run(runs, f"{series}-5B")
+        cont = cb.predict(fit, None, 2.5e11, continue_run=run.run_id)
+        new = cb.predict(fit, run.shares, 2.5e11)
+        med = [t[t.quantity == "predictive"].set_index("language")["median"] for t in (cont, new)]
+        for lang in rows["language"]:
+            carried.append(np.log(med[0][lang] / med[1][lang]))
+            true.append(offsets[(series, lang)])
+    carried, true = np.array(carried), np.array(true)
+    assert carried.size == 21 * N_SEEDS  # the finite losses of 27 runs
+    assert np.corrcoef(carried, true)[0, 1] > 0.8
+    # measured: correlation 0.87, mean error 0.017 against mean deviation 0.036
+    assert np.mean(np.abs(carried - true)) < 0.6 * np.mean(np.abs(true))
+
+
+def test_continue_run_from_the_command_line(world, tmp_path, capsys):
+    _, fit, *_ = world
+    path = fit.save(tmp_path / "fit.nc")
+    out = tmp_path / "cont.csv"
+    args = ["predict", str(path), "--budgets", "5e10,2.5e11", "--continue-run", "s2-zh-c0.1-25B"]
+    assert main([*args, "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "continuing the training run of s2-zh-c0.1-25B: 2 fitted checkpoint(s)" in text
+    assert "the training run of s2-zh-c0.1-25B, continued" in text
+    table = pd.read_csv(out)
+    assert len(table) == 2 * 3 * 2
+    np.testing.assert_allclose(
+        table.groupby("language")["share"].first()[list(LANGS)], [0.45] * 2 + [0.1]
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--continue-run", "nope"], "no run 'nope'"),
+        (["--continue-run", "s0-en-c0.5-5B", "--mixture", "uniform"], "leave out --mixture"),
+        (["--continue-run", "s0-en-c0.5-5B", "--mixtures", "m.csv"], "leave out --mixtures"),
+    ],
+)
+def test_continue_run_errors_exit_2(world, tmp_path, capsys, extra, message):
+    _, fit, *_ = world
+    path = fit.save(tmp_path / "fit.nc")
+    assert main(["predict", str(path), "--budget", "1e11", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
