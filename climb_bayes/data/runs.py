@@ -48,6 +48,11 @@ DEFAULT_TAIL_START = 0.85
 """Default start of the fitted tail, as a fraction of each run's budget (last 15% of training)."""
 
 SERIES_COLUMN = "run_series"
+CHECKPOINT_HINT_BUDGETS = 4
+"""A wide table without ``run_series`` in which a mixture has runs at this many budgets or more
+gets a note in :meth:`RunsData.summary`: such rows are often checkpoints of one training run
+(published results), which the column declares. Below it: the Algorithm-1 design's 2-3
+budgets, whose runs of one mixture are separate runs."""
 """Optional column of both forms: runs with the same label are checkpoints of one training run
 (one seed and data order), so their losses share that run's deviation from the law."""
 
@@ -380,6 +385,13 @@ class RunsData:
                     f"run_series: the {self.n_runs} runs are checkpoints of {n_series} training "
                     "run(s); the losses of one training run share its deviation from the law"
                 )
+            elif self.form == "wide" and (n_mix := self._mixtures_at_many_budgets()):
+                lines.append(
+                    f"note: {n_mix} mixture(s) appear at {CHECKPOINT_HINT_BUDGETS}+ budgets: if "
+                    "those rows are checkpoints of one training run, give them a run_series "
+                    "column (docs/runs-format.md); without it they count as independent runs "
+                    "and the intervals are too narrow"
+                )
         else:
             lines.append("runs: 0")
         if self.form == "long":
@@ -396,6 +408,14 @@ class RunsData:
         )
         lines.append(f"CLIMB parameters: {self.n_parameters_climb}")
         return "\n".join(lines)
+
+    def _mixtures_at_many_budgets(self) -> int:
+        """How many mixtures have runs at :data:`CHECKPOINT_HINT_BUDGETS` or more budgets."""
+        mix = np.rint(self.run_proportions / PROPORTION_TOL).astype(np.int64)
+        _, which = np.unique(mix, axis=0, return_inverse=True)
+        pairs = np.unique(np.column_stack([np.ravel(which), self.run_budgets]), axis=0)
+        _, counts = np.unique(pairs[:, 0], return_counts=True)
+        return int(np.sum(counts >= CHECKPOINT_HINT_BUDGETS))
 
     def __str__(self) -> str:
         return self.summary()

@@ -250,6 +250,19 @@ def test_run_series_groups_checkpoints_of_one_training_run(form):
     np.testing.assert_array_equal(sub.run_series, [0, 1, 0])
 
 
+def test_summary_notes_unlabelled_checkpoints_in_a_wide_table():
+    """A mixture at 4+ budgets without run_series gets a note (likely checkpoints); the
+    Algorithm-1 design's 3 budgets, a labelled table and the long form do not."""
+    frame = checkpoint_frame().drop(columns="run_series")
+    assert "note:" not in runs_from_frame(frame).summary()  # m1 at 3 budgets
+    extra = frame.iloc[[4]].assign(run_id="m1@4k", tokens=4e9)
+    more = pd.concat([frame, extra], ignore_index=True)
+    assert "note: 1 mixture(s) appear at 4+ budgets" in runs_from_frame(more).summary()
+    labelled = more.assign(run_series=["m1", "m1", "m2", "m2", "m1", "", "m1"])
+    assert "note:" not in runs_from_frame(labelled).summary()
+    assert "note:" not in runs_from_frame(runs_from_frame(more).to_frame("long")).summary()
+
+
 def test_run_series_errors_name_row_column_and_fix():
     df = checkpoint_frame()
     df.loc[3, "run_series"] = "m1"  # m2@2k labelled m1 but trained on another mixture
