@@ -164,6 +164,8 @@ def evaluate(
     --holdout-runs, --holdout-mixtures and --lfo; --exclude drops runs from both sides first.
     Groups may be languages or domains.
     """
+    import numpy as np
+
     from climb_bayes.data.holdout import (
         exclude_mask,
         holdout_mask,
@@ -242,6 +244,13 @@ def evaluate(
         f"held out ({how}): {int(mask.sum())} runs, {test_obs.n} observations; "
         f"fit on {int((~mask).sum())} runs, {fit_obs.n} observations"
     )
+    continued = np.isin(runs.series[mask], runs.series[~mask])
+    if continued.any():
+        _echo(
+            f"{int(continued.sum())} of the held-out runs are checkpoints of fitted training runs "
+            "(run_series): predicted as those runs continued (their fitted deviation carried "
+            "forward, as `predict --continue-run`), the others as new runs"
+        )
     if runs.n_excluded_zero_share:
         _echo(
             f"zero-share losses left out of the table: {runs.n_excluded_zero_share} "
@@ -257,6 +266,7 @@ def evaluate(
         "groups": list(runs.languages),
         "n_fit_runs": int((~mask).sum()),
         "n_test_runs": int(mask.sum()),
+        "n_test_runs_continued": int(continued.sum()),
         "held_out_runs": [r for r, m in zip(runs.run_ids, mask, strict=True) if m],
         "excluded_runs": excluded,
         "n_zero_share_excluded": int(runs.n_excluded_zero_share),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -122,3 +124,16 @@ def test_continue_run_errors_exit_2(world, tmp_path, capsys, extra, message):
     assert main(["predict", str(path), "--budget", "1e11", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_evaluate_says_which_held_out_runs_it_continues(world, tmp_path, capsys):
+    """``evaluate --holdout`` on checkpoints: the later checkpoints of fitted training runs are
+    predicted as continuations, and the command says how many."""
+    runs, *_ = world
+    path = tmp_path / "checkpoints.csv"
+    runs.to_frame("long").to_csv(path, index=False)
+    args = ["evaluate", str(path), "--holdout", "tokens>=2.5e10", "--method", "map"]
+    assert main([*args, "--laws", "isolated", "--n-starts", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "27 of the held-out runs are checkpoints of fitted training runs" in captured.err
+    assert json.loads(captured.out)["n_test_runs_continued"] == 27
