@@ -137,3 +137,17 @@ def test_evaluate_says_which_held_out_runs_it_continues(world, tmp_path, capsys)
     captured = capsys.readouterr()
     assert "27 of the held-out runs are checkpoints of fitted training runs" in captured.err
     assert json.loads(captured.out)["n_test_runs_continued"] == 27
+
+
+def test_continue_run_without_a_run_effect_warns(world, tmp_path, capsys):
+    """A fit without run effects has no deviation to carry: the command says so, and the
+    continued run's predictive is a new run's."""
+    runs, *_ = world
+    fit = cb.fit(runs, cb.Priors(run_effect=False), laws=("climb",), method="map", lfo="none")
+    path = fit.save(tmp_path / "fit.nc")
+    assert main(["predict", str(path), "--budget", "1e11", "--continue-run", "s0-en-c0.5-5B"]) == 0
+    assert "warning: the fit has no run effect" in capsys.readouterr().out
+    run = continued_run(runs, "s0-en-c0.5-5B")
+    cont = cb.predict(fit, None, 1e11, continue_run=run.run_id)
+    new = cb.predict(fit, run.shares, 1e11)
+    pd.testing.assert_frame_equal(cont.drop(columns="mixture"), new.drop(columns="mixture"))
