@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/cli_path.py [--sets rp-70M] [--data ../shared/data] [--work DIR]
-        [--no-series] [--fit-args "--samples 2000"] [--out FILE]
+        [--no-series] [--fit-args "--samples 2000"] [--reuse] [--out FILE]
 
 ``benchmarks/real_data.py`` scores the shipped predictive through the Python API, with the
 benchmark's own sampler settings and with each held-out checkpoint conditioned on its training
@@ -11,9 +11,12 @@ run's fitted deviation. This script goes the way a user does: it writes the fitt
 of a Data Mixing Laws set as a wide-form runs CSV (``run_series`` = the mixture's training run,
 docs/runs-format.md), runs ``climb-bayes fit`` with its defaults, asks ``climb-bayes predict
 --mixtures ... --budgets ...`` for every held-out mixture and budget (new runs: ``predict``
-knows nothing of the held-out trajectories), and scores the printed intervals against the
-published losses. ``--no-series`` leaves the ``run_series`` column out (every checkpoint its
-own run), as a table without it would be read. The splits are those of
+knows nothing of the held-out trajectories), then ``climb-bayes predict --continue-run`` naming
+each held-out mixture's latest fitted checkpoint (the same training runs, continued: rows
+``continued run``; not with ``--no-series``), and scores the intervals against the published
+losses. ``--reuse`` keeps a fit already in ``--work`` (with its saved output and time).
+``--no-series`` leaves the ``run_series`` column out (every checkpoint its own run), as a table
+without it would be read. The splits are those of
 ``benchmarks/real_data.py`` (``rp-<size>``: fit steps <= 16k, score the final 30k;
 ``5mix-<size>``: fit <= 12k, score 20k and later); losses at share 0 are not scored.
 
@@ -124,16 +127,14 @@ def run_set(
     pred = pd.read_csv(pred_path)
     scores = score(pred, truth)
     if series:  # each held-out mixture as the continuation of its fitted training run
-        print(f"{name}: predict --continue-run, {len(latest)} runs", file=sys.stderr)
-        parts = []
-        for mix, run_id in latest.items():
-            mine = sorted({t[1] for t in truth if t[0] == mix})
-            if mine:
-                path = folder / "continue.csv"
-                _predict(fit_file, path, mine, ["--continue-run", run_id])
-                parts.append(pd.read_csv(path).assign(mixture=mix))
-        cont = pd.concat(parts).query("quantity == 'predictive'")
-        scores += score(cont.assign(quantity="continued run"), truth)
+        held = {t[0] for t in truth}
+        runs = {f"run {run_id}": mix for mix, run_id in latest.items() if mix in held}
+        flags = [a for label in runs for a in ("--continue-run", label.removeprefix("run "))]
+        path = folder / "continue.csv"
+        _predict(fit_file, path, budgets, flags)
+        cont = pd.read_csv(path).query("quantity == 'predictive'")
+        cont = cont.assign(mixture=cont["mixture"].map(runs), quantity="continued run")
+        scores += score(cont, truth)
     return {
         "set": name,
         "seconds": float(fit_time.read_text()),

@@ -206,7 +206,7 @@ def predict(
     seed: int = 0,
     n_samples: int = 4000,
     combine: str = "quantile",
-    continue_run: str | None = None,
+    continue_run: str | Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Loss of every language at given mixtures and budgets, with intervals (``predict``).
 
@@ -228,11 +228,12 @@ def predict(
     combine : {"quantile", "mixture"}
         How the stacked laws' intervals are combined: their quantiles averaged with the
         stacking weights, or their distributions mixed (``predict --combine``).
-    continue_run : str, optional
-        A fitted training run to continue, named by any of its checkpoints' ``run_id``
-        (``predict --continue-run``; :mod:`climb_bayes.decisions.continuation`): the
-        ``"predictive"`` rows are then that run at ``budgets``, its fitted deviation from the
-        law carried forward, instead of a new run of the mixture.
+    continue_run : str or sequence of str, optional
+        A fitted training run to continue, named by any of its checkpoints' ``run_id``, several
+        such names, or ``"all"`` (every training run of the fit) (``predict --continue-run``;
+        :mod:`climb_bayes.decisions.continuation`): the ``"predictive"`` rows are then those
+        runs at ``budgets`` (every run at every budget; ``mixture`` ``"run <run_id>"``), each
+        run's fitted deviation from the law carried forward, instead of new runs.
 
     Returns
     -------
@@ -254,14 +255,18 @@ def predict(
     setup_jax()
     from climb_bayes.decisions.prediction import ensemble_table
 
-    series = None
+    series, names = None, None
     if continue_run is not None:
-        from climb_bayes.decisions.continuation import continued_run
+        from climb_bayes.decisions.continuation import continued_runs
 
         if mixtures is not None:
-            raise ClimbError("continue_run keeps the run's own mixture: pass mixtures=None.")
-        run = continued_run(fit.runs, continue_run)
-        rows, series = run.shares[None, :], run.series
+            raise ClimbError("continue_run keeps the runs' own mixtures: pass mixtures=None.")
+        chosen = continued_runs(fit.runs, continue_run)
+        b = np.atleast_1d(np.asarray(budgets, dtype=float))
+        rows = np.repeat(np.stack([r.shares for r in chosen]), b.size, axis=0)
+        series = np.repeat([r.series for r in chosen], b.size)
+        names = [f"run {r.run_id}" for r in chosen for _ in b]
+        budgets = np.tile(b, len(chosen))
     else:
         rows = _mixture_rows(mixtures, fit.languages)
     ens = fit.ensemble()
@@ -275,6 +280,7 @@ def predict(
         seed=seed,
         n_samples=n_samples,
         combine=combine,
+        mixture_names=names,
         series=series,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 import numpy as np
@@ -54,11 +55,12 @@ __all__ = ["predict"]
 @click.option(
     "--continue-run",
     "continue_run",
-    default=None,
+    multiple=True,
     metavar="RUN_ID",
     help="Predict the fitted training run that checkpoint RUN_ID belongs to, continued to the "
     "budget(s) (its mixture; its fitted deviation from the law carried forward), instead of a "
-    "new run. Checkpoints of one run share a run_series label in the runs table.",
+    "new run. Checkpoints of one run share a run_series label in the runs table. Repeat for "
+    "several runs; 'all' continues every training run of the fit.",
 )
 @click.option("--levels", default="0.5,0.9", show_default=True, help="Central interval levels.")
 @click.option(
@@ -110,7 +112,7 @@ def predict(
     budgets_text: str | None,
     mixture: str | None,
     mixtures_file: Path | None,
-    continue_run: str | None,
+    continue_run: tuple[str, ...],
     levels: str,
     available: Path | None,
     max_epochs: float,
@@ -134,8 +136,8 @@ def predict(
     Example: climb-bayes predict fit.nc --budget 1e12 --mixture en=0.5,de=0.3,zh=0.2
     """
     from climb_bayes.decisions.constraints import read_availability
-    from climb_bayes.decisions.continuation import continued_run
-    from climb_bayes.decisions.mixtures import Mixture, resolve_mixture
+    from climb_bayes.decisions.continuation import continued_runs
+    from climb_bayes.decisions.mixtures import Mixture, read_mixtures_file, resolve_mixture
     from climb_bayes.decisions.optimization import thin_index
     from climb_bayes.decisions.prediction import ensemble_table
     from climb_bayes.model.law import LawParams
@@ -154,15 +156,28 @@ def predict(
     if mixtures_file is not None:
         if mixture is not None:
             raise ClimbError("give --mixture (one) or --mixtures FILE (many), not both.")
-        if continue_run is not None:
+        if continue_run:
             raise ClimbError("--continue-run keeps the run's own mixture: leave out --mixtures.")
-        _predict_many(fit, fit_file, ens, mixtures_file, budgets, lv, seed, n_samples, out, combine)
+        names, shares = read_mixtures_file(mixtures_file, fit.languages)
+        many = _ManyRows(names, shares, None, f"{len(names)} mixture(s) from {mixtures_file}")
+        _predict_many(fit, fit_file, ens, many, budgets, lv, seed, n_samples, out, combine)
         return
     run = None
-    if continue_run is not None:
+    if continue_run:
         if mixture is not None:
             raise ClimbError("--continue-run keeps the run's own mixture: leave out --mixture.")
-        run = continued_run(fit.runs, continue_run)
+        chosen = continued_runs(fit.runs, continue_run)
+        if len(chosen) > 1:
+            many = _ManyRows(
+                [f"run {r.run_id}" for r in chosen],
+                np.stack([r.shares for r in chosen]),
+                np.array([r.series for r in chosen]),
+                f"{len(chosen)} fitted training run(s) continued, each named by the checkpoint "
+                "given (or its latest), its fitted deviation from the law carried forward",
+            )
+            _predict_many(fit, fit_file, ens, many, budgets, lv, seed, n_samples, out, combine)
+            return
+        run = chosen[0]
         mixes = [Mixture(f"run {run.run_id}", run.shares, langs)] * len(budgets)
     else:
         idx = thin_index(fit.n_draws, max_draws)
@@ -226,11 +241,22 @@ def predict(
         echo_err(f"wrote {out}")
 
 
+class _ManyRows(NamedTuple):
+    """The rows of a many-row prediction: names, shares ``(K, m)``, the ``run_series`` code of
+    each row's continued training run (``None``: new runs) and a line saying where they are
+    from."""
+
+    names: list[str]
+    shares: np.ndarray
+    series: np.ndarray | None
+    source: str
+
+
 def _predict_many(
     fit: object,
     fit_file: Path,
     ens: object,
-    mixtures_file: Path,
+    many: _ManyRows,
     budgets: list[float],
     levels: tuple[float, ...],
     seed: int,
@@ -238,25 +264,27 @@ def _predict_many(
     out: Path | None,
     combine: str,
 ) -> None:
-    """``predict --mixtures FILE``: every (mixture, budget) pair in one call of the predictive."""
-    from climb_bayes.decisions.mixtures import read_mixtures_file
+    """``predict --mixtures FILE`` or several ``--continue-run``: every (row, budget) pair in one
+    call of the predictive, one line per (row, budget, language)."""
     from climb_bayes.decisions.prediction import ensemble_table
 
-    names, shares = read_mixtures_file(mixtures_file, fit.languages)
-    k, nb = len(names), len(budgets)
+    k, nb = len(many.names), len(budgets)
     table = ensemble_table(
         ens,
-        np.repeat(shares, nb, axis=0),
+        np.repeat(many.shares, nb, axis=0),
         np.tile(np.asarray(budgets, dtype=float), k),
         levels=levels,
         seed=seed,
-        mixture_names=[n for n in names for _ in budgets],
+        mixture_names=[n for n in many.names for _ in budgets],
         n_samples=n_samples,
         combine=combine,
+        series=None if many.series is None else np.repeat(many.series, nb),
     )
     click.echo(fit_header(fit, fit_file))
     click.echo(predictive_line(ens, combine))
-    click.echo(f"{k} mixture(s) from {mixtures_file} x {nb} budget(s)")
+    click.echo(f"{many.source} x {nb} budget(s)")
+    if many.series is not None and (warning := _no_run_effect_warning(ens)):
+        click.echo(warning.lstrip("\n"))
     pred = table[table["quantity"] == "predictive"]
     header = ["mixture", "D", "language", "share", "median"]
     header += [f"{_pct(x)} predictive" for x in levels]
@@ -267,7 +295,8 @@ def _predict_many(
         for r in pred.to_dict("records")
     ]
     click.echo(render_table(rows, header))
-    click.echo("\nlosses in nats/token; predictive = one new run (see `predict --help`).")
+    who = "one new run" if many.series is None else "the training run, continued"
+    click.echo(f"\nlosses in nats/token; predictive = {who} (see `predict --help`).")
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")
@@ -282,12 +311,17 @@ def _continuation_line(run: object, ens: object) -> str:
         f" the latest at {fmt_tokens(run.last_budget)} tokens; its fitted deviation from the law "
         "is carried forward"
     )
-    if all(f.sigma_run is None for f in ens.fits.values()):
-        line += (
-            "\nwarning: the fit has no run effect (priors run_effect = false), so it has no "
-            "run deviation to carry: the predictive is that of a new run of this mixture"
-        )
-    return line
+    return line + _no_run_effect_warning(ens)
+
+
+def _no_run_effect_warning(ens: object) -> str:
+    """A warning line (with its leading newline) when no law of the fit has a run effect."""
+    if any(f.sigma_run is not None for f in ens.fits.values()):
+        return ""
+    return (
+        "\nwarning: the fit has no run effect (priors run_effect = false), so it has no "
+        "run deviation to carry: the predictive is that of a new run of this mixture"
+    )
 
 
 def _pct(level: float) -> str:

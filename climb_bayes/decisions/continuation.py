@@ -16,6 +16,7 @@ any of its checkpoints' ``run_id``. Without that column each run is its own trai
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -23,7 +24,10 @@ import numpy as np
 from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
 
-__all__ = ["ContinuedRun", "continued_run"]
+__all__ = ["ALL_RUNS", "ContinuedRun", "continued_run", "continued_runs"]
+
+ALL_RUNS = "all"
+"""The name that asks :func:`continued_runs` for every training run of the fit."""
 
 
 class ContinuedRun(NamedTuple):
@@ -90,3 +94,33 @@ def continued_run(runs: RunsData, run_id: str) -> ContinuedRun:
         shares=np.asarray(runs.run_proportions[i], dtype=float),
         last_budget=float(runs.run_budgets[members[-1]]),
     )
+
+
+def continued_runs(runs: RunsData, names: str | Sequence[str]) -> list[ContinuedRun]:
+    """Several training runs to continue: one per name (:func:`continued_run`), or with
+    ``"all"`` (:data:`ALL_RUNS`) every training run of ``runs``, each named by its latest
+    checkpoint, in the table's order.
+
+    Raises
+    ------
+    ClimbError
+        For an unknown name, no name, or two names of one training run.
+    """
+    names = [names] if isinstance(names, str) else list(names)
+    if [n.strip().lower() for n in names] == [ALL_RUNS]:
+        series = runs.series
+        _, first = np.unique(series, return_index=True)
+        latest = [continued_run(runs, runs.run_ids[i]) for i in np.sort(first)]
+        names = [run.checkpoints[-1] for run in latest]
+    if not names:
+        raise ClimbError("--continue-run: name at least one run (or 'all').")
+    out = [continued_run(runs, n) for n in names]
+    seen: dict[int, str] = {}
+    for run in out:
+        if run.series in seen:
+            raise ClimbError(
+                f"--continue-run: {seen[run.series]!r} and {run.run_id!r} are checkpoints of one "
+                "training run; name it once."
+            )
+        seen[run.series] = run.run_id
+    return out

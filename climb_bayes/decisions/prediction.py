@@ -300,7 +300,7 @@ def ensemble_table(
     mixture_names: Sequence[str] | None = None,
     n_samples: int = MIN_PREDICTIVE_SAMPLES,
     combine: str = "quantile",
-    series: int | None = None,
+    series: int | np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Per-language predictions of a :class:`~climb_bayes.inference.ensemble.LawEnsemble` (the
     default predictive) at each (mixture, budget) pair.
@@ -320,10 +320,11 @@ def ensemble_table(
     combine : {"quantile", "mixture"}
         Average the laws' quantiles with the stacking weights (default) or mix their
         distributions (:meth:`~climb_bayes.inference.ensemble.LawEnsemble.predictive_samples`).
-    series : int, optional
-        ``run_series`` code of a fitted training run (:mod:`climb_bayes.decisions.continuation`):
-        the ``"predictive"`` rows are then that run continued (its fitted deviation from the
-        law carried forward) instead of a new run; ``mixtures`` must be its mixture.
+    series : int or ndarray (B,), optional
+        ``run_series`` code of a fitted training run (:mod:`climb_bayes.decisions.continuation`),
+        one for all rows or one per row: the ``"predictive"`` rows are then that run continued
+        (its fitted deviation from the law carried forward) instead of a new run; each row's
+        mixture must be its run's.
 
     Returns
     -------
@@ -343,7 +344,11 @@ def ensemble_table(
     if np.any(~np.isfinite(budgets)) or np.any(budgets <= 0):
         raise ClimbError(f"budgets must be positive numbers of tokens, got {budgets.tolist()}.")
     levels = tuple(float(x) for x in levels)
-    codes = None if series is None else np.full(budgets.size, int(series))
+    codes = (
+        None
+        if series is None
+        else np.broadcast_to(np.asarray(series, dtype=np.int64), budgets.shape)
+    )
     law, pred = ens.law_and_predictive_draws(
         r, budgets, n_samples, seed=seed, combine=combine, series=codes
     )

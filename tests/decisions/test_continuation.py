@@ -12,7 +12,7 @@ import climb_bayes as cb
 from climb_bayes.cli import main
 from climb_bayes.data.design import algorithm1_design
 from climb_bayes.data.runs import SERIES_COLUMN, runs_from_frame
-from climb_bayes.decisions.continuation import continued_run
+from climb_bayes.decisions.continuation import continued_run, continued_runs
 from climb_bayes.errors import ClimbError
 from climb_bayes.model.simulate import example_params, simulate_runs
 
@@ -70,6 +70,8 @@ def test_continued_run_names_the_training_run_of_a_checkpoint(world):
     assert continued_run(runs, "s1-de-c0.2-25B").series == run.series
     with pytest.raises(ClimbError, match=r"no run 's1-de-c0.2-50B'.*did you mean 's1-de-c0.2-5B'"):
         continued_run(runs, "s1-de-c0.2-50B")
+    with pytest.raises(ClimbError, match="checkpoints of one training run; name it once"):
+        continued_runs(runs, ["s1-de-c0.2-5B", "s0-en-c0.5-5B", "s1-de-c0.2-25B"])
 
 
 def test_continuing_a_run_carries_its_deviation_forward(world):
@@ -78,14 +80,21 @@ def test_continuing_a_run_carries_its_deviation_forward(world):
     fitted checkpoints: a predictive that drops the fitted residuals, or conditions on another
     run's, is uncorrelated with the true deviations."""
     runs, fit, final, offsets = world
+    chosen = continued_runs(runs, "all")  # every training run, named by its latest checkpoint
+    assert [r.run_id for r in chosen] == [r.checkpoints[-1] for r in chosen]
+    assert len(chosen) == 9 * N_SEEDS and all(r.run_id.endswith("-25B") for r in chosen)
+    cont = cb.predict(fit, None, 2.5e11, continue_run="all")
+    new = cb.predict(fit, np.stack([r.shares for r in chosen]), 2.5e11)
+    med = [
+        t[t.quantity == "predictive"]["median"].to_numpy().reshape(len(chosen), 3)
+        for t in (cont, new)
+    ]
     carried, true = [], []
-    for series, rows in final.groupby(SERIES_COLUMN):
-        run = continued_run(runs, f"{series}-5B")
-        cont = cb.predict(fit, None, 2.5e11, continue_run=run.run_id)
-        new = cb.predict(fit, run.shares, 2.5e11)
-        med = [t[t.quantity == "predictive"].set_index("language")["median"] for t in (cont, new)]
-        for lang in rows["language"]:
-            carried.append(np.log(med[0][lang] / med[1][lang]))
+    for k, run in enumerate(chosen):
+        series = _label(run.run_id)
+        for lang in final.loc[final[SERIES_COLUMN] == series, "language"]:
+            j = LANGS.index(lang)
+            carried.append(np.log(med[0][k, j] / med[1][k, j]))
             true.append(offsets[(series, lang)])
     carried, true = np.array(carried), np.array(true)
     assert carried.size == 21 * N_SEEDS  # the finite losses of 27 runs
@@ -104,7 +113,7 @@ def test_continue_run_from_the_command_line(world, tmp_path, capsys):
     assert "continuing the training run of s2-zh-c0.1-25B: 2 fitted checkpoint(s)" in text
     assert "the training run of s2-zh-c0.1-25B, continued" in text
     table = pd.read_csv(out)
-    assert len(table) == 2 * 3 * 2
+    assert len(table) == 2 * 3 * 2 and set(table.mixture) == {"run s2-zh-c0.1-25B"}
     np.testing.assert_allclose(
         table.groupby("language")["share"].first()[list(LANGS)], [0.45] * 2 + [0.1]
     )
@@ -151,3 +160,18 @@ def test_continue_run_without_a_run_effect_warns(world, tmp_path, capsys):
     cont = cb.predict(fit, None, 1e11, continue_run=run.run_id)
     new = cb.predict(fit, run.shares, 1e11)
     pd.testing.assert_frame_equal(cont.drop(columns="mixture"), new.drop(columns="mixture"))
+
+
+def test_continue_several_runs_from_the_command_line(world, tmp_path, capsys):
+    _, fit, *_ = world
+    path = fit.save(tmp_path / "fit.nc")
+    out = tmp_path / "cont.csv"
+    args = ["predict", str(path), "--budgets", "5e10,2.5e11", "--continue-run", "s0-en-mono-5B"]
+    assert main([*args, "--continue-run", "s1-zh-c0.75-25B", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 fitted training run(s) continued" in text and "run s1-zh-c0.75-25B" in text
+    table = pd.read_csv(out)
+    assert len(table) == 2 * 2 * 3 * 2
+    assert set(table.mixture) == {"run s0-en-mono-5B", "run s1-zh-c0.75-25B"}
+    mono = table[(table.mixture == "run s0-en-mono-5B") & (table.language != "en")]
+    assert np.isinf(mono["median"]).all()  # share 0: CLIMB predicts an unbounded loss
