@@ -379,8 +379,10 @@ class RunsData:
             lo, hi = float(self.run_budgets.min()), float(self.run_budgets.max())
             budgets = f"{lo:.3g} tokens" if lo == hi else f"{lo:.3g} to {hi:.3g} tokens"
             lines.append(f"runs: {self.n_runs}, budgets {budgets}")
-            if self.run_series is not None:
-                n_series = np.unique(self.run_series).size
+            n_series = None if self.run_series is None else np.unique(self.run_series).size
+            if n_series == self.n_runs:
+                lines.append("run_series: every run is a training run of its own")
+            elif n_series is not None:
                 lines.append(
                     f"run_series: the {self.n_runs} runs are checkpoints of {n_series} training "
                     "run(s); the losses of one training run share its deviation from the law"
