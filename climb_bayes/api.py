@@ -251,6 +251,10 @@ def predict(
     >>> t = cb.predict(fit, "uniform", [1e6, 1e9])
     >>> t.query("quantity == 'predictive'").shape[0]
     10
+    >>> run = fit.runs.run_ids[0]  # a fitted run, continued to 1e7 tokens
+    >>> c = cb.predict(fit, None, 1e7, continue_run=run)
+    >>> c["mixture"].iloc[0] == f"run {run}"
+    True
     """
     setup_jax()
     from climb_bayes.decisions.prediction import ensemble_table
