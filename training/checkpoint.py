@@ -177,9 +177,17 @@ def _check_torch() -> None:
         )
 
 
-def _flush_when_written(written: Any, folder: Path) -> None:
-    """Wait for DCP's write, then fsync every file of ``folder`` and the folder (background)."""
+def _flush_when_written(written: Any, folder: Path, sync: bool) -> None:
+    """Wait for DCP's write, then (``sync``) fsync every file of ``folder`` and the folder
+    (background).
+
+    Only rank 0 syncs: its write completes after every rank's (DCP's coordinator gathers the
+    ranks' write results before it finishes), and fsync flushes a file whoever wrote it. The
+    other ranks only wait: walking the folder from them raced rank 0 renaming it into place
+    (``FileNotFoundError`` in a two-process run, 2026-11-27)."""
     written.result()  # re-raises a failed write
+    if not sync:
+        return
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             with open(path, "rb") as fh:
@@ -298,7 +306,7 @@ class Checkpointer:
             from concurrent.futures import ThreadPoolExecutor
 
             self._flusher = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-fsync")
-        future = self._flusher.submit(_flush_when_written, written, tmp)
+        future = self._flusher.submit(_flush_when_written, written, tmp, self.main)
         self._pending = (future, tmp, json.dumps({"format": FORMAT, **state}, indent=1) + "\n")
         if wait:
             self.wait()

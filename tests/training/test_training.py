@@ -1114,6 +1114,33 @@ def _adamw(model):
     return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
 
 
+def test_only_rank_0_walks_a_written_checkpoint_folder(tmp_path, monkeypatch):
+    """Rank 0 renames the written folder into place as soon as its own write is done; another
+    rank's background thread must not walk it then (FileNotFoundError mid-walk killed a
+    two-process run in CI). Only rank 0 fsyncs; the others wait for their write and touch
+    nothing."""
+    from concurrent.futures import Future
+
+    import training.checkpoint as ckpt
+
+    synced: list[int] = []
+    monkeypatch.setattr(ckpt.os, "fsync", synced.append)
+    monkeypatch.setattr(ckpt, "fsync_dir", lambda folder: synced.append(-1))
+    done: Future = Future()
+    done.set_result(None)
+    folder = tmp_path / ".checkpoint-000000004.tmp"
+    folder.mkdir()
+    (folder / "shard.safetensors").write_bytes(b"x")
+    ckpt._flush_when_written(done, folder, sync=False)  # rank 1
+    assert synced == []
+    ckpt._flush_when_written(done, folder, sync=True)  # rank 0: the file and the folder
+    assert len(synced) == 2 and synced[-1] == -1
+    failed: Future = Future()
+    failed.set_exception(OSError("disk full"))
+    with pytest.raises(OSError, match="disk full"):  # every rank re-raises its failed write
+        ckpt._flush_when_written(failed, folder, sync=False)
+
+
 def test_async_checkpoint_is_a_snapshot_and_survives_a_crash_between_renames(tmp_path):
     """A background save holds the state of the moment it was called, although training changes
     the parameters while it writes; a crash between the two renames loses nothing."""
