@@ -175,7 +175,9 @@ def reference_share(point_r: np.ndarray) -> float:
     """Median of the shares strictly between 0 and 1 (0.5 when there are none).
 
     The share at which the sampler's transfer coordinates are measured (see the module
-    docstring); a reparameterisation only, it does not change the posterior.
+    docstring). With ``transfer_prior = "natural"`` a reparameterisation only (the posterior
+    does not depend on it); with the default ``"saturated"`` prior the ``Normal(0, scale)``
+    sits on the transfer at this share, so it is part of the prior (:func:`_saturated_site`).
     """
     r = np.asarray(point_r, dtype=float)
     inner = r[(r > 0.0) & (r < 1.0)]
