@@ -287,16 +287,16 @@ def random_mixtures_mask(runs: RunsData, k: int, seed: int = 0) -> np.ndarray:
 
     Mixtures are compared after rounding the shares to 9 decimals.
     """
-    mixes, inverse = np.unique(np.round(runs.run_proportions, 9), axis=0, return_inverse=True)
-    inverse = np.asarray(inverse).ravel()
+    inverse = runs.run_mixture
+    n_mixes = int(inverse.max()) + 1 if inverse.size else 0
     if k < 1:
         raise ClimbError(f"--holdout-mixtures must be >= 1, got {k}.")
-    if k >= mixes.shape[0]:
+    if k >= n_mixes:
         raise ClimbError(
-            f"--holdout-mixtures {k}: the table has only {mixes.shape[0]} distinct mixtures; "
+            f"--holdout-mixtures {k}: the table has only {n_mixes} distinct mixtures; "
             "hold out fewer so some remain to fit."
         )
-    chosen = np.random.default_rng(seed).choice(mixes.shape[0], size=k, replace=False)
+    chosen = np.random.default_rng(seed).choice(n_mixes, size=k, replace=False)
     return _check_split(np.isin(inverse, chosen), f"--holdout-mixtures {k}")
 
 

@@ -48,13 +48,14 @@ DEFAULT_TAIL_START = 0.85
 """Default start of the fitted tail, as a fraction of each run's budget (last 15% of training)."""
 
 SERIES_COLUMN = "run_series"
+"""Optional column of both forms: runs with the same label are checkpoints of one training run
+(one seed and data order), so their losses share that run's deviation from the law."""
+
 CHECKPOINT_HINT_BUDGETS = 4
 """A wide table without ``run_series`` in which a mixture has runs at this many budgets or more
 gets a note in :meth:`RunsData.summary`: such rows are often checkpoints of one training run
 (published results), which the column declares. Below it: the Algorithm-1 design's 2-3
 budgets, whose runs of one mixture are separate runs."""
-"""Optional column of both forms: runs with the same label are checkpoints of one training run
-(one seed and data order), so their losses share that run's deviation from the law."""
 
 PROPORTION_TOL = 1e-6
 """Absolute tolerance on ``sum(r) == 1`` per run when ``renormalize=False``."""
@@ -411,11 +412,16 @@ class RunsData:
         lines.append(f"CLIMB parameters: {self.n_parameters_climb}")
         return "\n".join(lines)
 
+    @property
+    def run_mixture(self) -> np.ndarray:
+        """``(n_runs,)`` index of each run's mixture among the table's distinct mixtures
+        (shares compared after rounding to 9 decimals)."""
+        _, which = np.unique(np.round(self.run_proportions, 9), axis=0, return_inverse=True)
+        return np.asarray(which).ravel()
+
     def _mixtures_at_many_budgets(self) -> int:
         """How many mixtures have runs at :data:`CHECKPOINT_HINT_BUDGETS` or more budgets."""
-        mix = np.rint(self.run_proportions / PROPORTION_TOL).astype(np.int64)
-        _, which = np.unique(mix, axis=0, return_inverse=True)
-        pairs = np.unique(np.column_stack([np.ravel(which), self.run_budgets]), axis=0)
+        pairs = np.unique(np.column_stack([self.run_mixture, self.run_budgets]), axis=0)
         _, counts = np.unique(pairs[:, 0], return_counts=True)
         return int(np.sum(counts >= CHECKPOINT_HINT_BUDGETS))
 
