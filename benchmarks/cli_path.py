@@ -128,12 +128,13 @@ def run_set(
     scores = score(pred, truth)
     if series:  # each held-out mixture as the continuation of its fitted training run
         held = {t[0] for t in truth}
-        runs = {f"run {run_id}": mix for mix, run_id in latest.items() if mix in held}
-        flags = [a for label in runs for a in ("--continue-run", label.removeprefix("run "))]
+        runs = {run_id: mix for mix, run_id in latest.items() if mix in held}
+        flags = [a for run_id in runs for a in ("--continue-run", run_id)]
         path = folder / "continue.csv"
         _predict(fit_file, path, budgets, flags)
         cont = pd.read_csv(path).query("quantity == 'predictive'")
-        cont = cont.assign(mixture=cont["mixture"].map(runs), quantity="continued run")
+        mixture = cont["mixture"].str.removeprefix("run ").map(runs)  # predict names "run <id>"
+        cont = cont.assign(mixture=mixture, quantity="continued run")
         scores += score(cont, truth)
     return {
         "set": name,

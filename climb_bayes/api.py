@@ -257,35 +257,27 @@ def predict(
     True
     """
     setup_jax()
-    from climb_bayes.decisions.prediction import ensemble_table
+    from climb_bayes.decisions.prediction import ensemble_grid, ensemble_table
 
-    series, names = None, None
-    if continue_run is not None:
-        from climb_bayes.decisions.continuation import continued_runs
-
-        if mixtures is not None:
-            raise ClimbError("continue_run keeps the runs' own mixtures: pass mixtures=None.")
-        chosen = continued_runs(fit.runs, continue_run)
-        b = np.atleast_1d(np.asarray(budgets, dtype=float))
-        rows = np.repeat(np.stack([r.shares for r in chosen]), b.size, axis=0)
-        series = np.repeat([r.series for r in chosen], b.size)
-        names = [f"run {r.run_id}" for r in chosen for _ in b]
-        budgets = np.tile(b, len(chosen))
-    else:
-        rows = _mixture_rows(mixtures, fit.languages)
     ens = fit.ensemble()
     if law is not None:
         ens = ens.only(law.strip().lower())
-    return ensemble_table(
+    options = {"levels": levels, "seed": seed, "n_samples": n_samples, "combine": combine}
+    if continue_run is None:
+        rows = _mixture_rows(mixtures, fit.languages)
+        return ensemble_table(ens, rows, budgets, **options)
+    from climb_bayes.decisions.continuation import continued_runs
+
+    if mixtures is not None:
+        raise ClimbError("continue_run keeps the runs' own mixtures: pass mixtures=None.")
+    chosen = continued_runs(fit.runs, continue_run)
+    return ensemble_grid(
         ens,
-        rows,
+        np.stack([r.shares for r in chosen]),
+        [f"run {r.run_id}" for r in chosen],
         budgets,
-        levels=levels,
-        seed=seed,
-        n_samples=n_samples,
-        combine=combine,
-        mixture_names=names,
-        series=series,
+        series=np.array([r.series for r in chosen]),
+        **options,
     )
 
 

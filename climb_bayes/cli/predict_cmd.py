@@ -266,25 +266,24 @@ def _predict_many(
 ) -> None:
     """``predict --mixtures FILE`` or several ``--continue-run``: every (row, budget) pair in one
     call of the predictive, one line per (row, budget, language)."""
-    from climb_bayes.decisions.prediction import ensemble_table
+    from climb_bayes.decisions.prediction import ensemble_grid
 
-    k, nb = len(many.names), len(budgets)
-    table = ensemble_table(
+    table = ensemble_grid(
         ens,
-        np.repeat(many.shares, nb, axis=0),
-        np.tile(np.asarray(budgets, dtype=float), k),
+        many.shares,
+        many.names,
+        budgets,
+        series=many.series,
         levels=levels,
         seed=seed,
-        mixture_names=[n for n in many.names for _ in budgets],
         n_samples=n_samples,
         combine=combine,
-        series=None if many.series is None else np.repeat(many.series, nb),
     )
     click.echo(fit_header(fit, fit_file))
     click.echo(predictive_line(ens, combine))
-    click.echo(f"{many.source} x {nb} budget(s)")
+    click.echo(f"{many.source} x {len(budgets)} budget(s)")
     if many.series is not None and (warning := _no_run_effect_warning(ens)):
-        click.echo(warning.lstrip("\n"))
+        click.echo(warning)
     pred = table[table["quantity"] == "predictive"]
     header = ["mixture", "D", "language", "share", "median"]
     header += [f"{_pct(x)} predictive" for x in levels]
@@ -311,15 +310,16 @@ def _continuation_line(run: object, ens: object) -> str:
         f" the latest at {fmt_tokens(run.last_budget)} tokens; its fitted deviation from the law "
         "is carried forward"
     )
-    return line + _no_run_effect_warning(ens)
+    warning = _no_run_effect_warning(ens)
+    return f"{line}\n{warning}" if warning else line
 
 
 def _no_run_effect_warning(ens: object) -> str:
-    """A warning line (with its leading newline) when no law of the fit has a run effect."""
+    """A warning line when no law of the fit has a run effect (else ``""``)."""
     if any(f.sigma_run is not None for f in ens.fits.values()):
         return ""
     return (
-        "\nwarning: the fit has no run effect (priors run_effect = false), so it has no "
+        "warning: the fit has no run effect (priors run_effect = false), so it has no "
         "run deviation to carry: the predictive is that of a new run of this mixture"
     )
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,7 @@ __all__ = [
     "coverage",
     "predict_table",
     "ensemble_table",
+    "ensemble_grid",
 ]
 
 LIKELIHOODS = ("student_t", "normal")
@@ -359,6 +361,30 @@ def ensemble_table(
     names = list(mixture_names) if mixture_names is not None else [""] * budgets.size
     languages = ens.groups
     return _summary_frame(summaries, budgets, names, languages, r)
+
+
+def ensemble_grid(
+    ens: object,
+    shares: np.ndarray,
+    names: Sequence[str],
+    budgets: Sequence[float],
+    *,
+    series: np.ndarray | None = None,
+    **kwargs: Any,
+) -> pd.DataFrame:
+    """:func:`ensemble_table` at every (row, budget) pair, rows outer: row ``k`` of ``shares``
+    ``(K, m)``, named ``names[k]`` (and continuing the fitted training run ``series[k]`` when
+    ``series`` is given), at each of ``budgets``; ``kwargs`` as :func:`ensemble_table`'s."""
+    shares = np.atleast_2d(np.asarray(shares, dtype=float))
+    b = np.atleast_1d(np.asarray(budgets, dtype=float))
+    return ensemble_table(
+        ens,
+        np.repeat(shares, b.size, axis=0),
+        np.tile(b, shares.shape[0]),
+        mixture_names=[n for n in names for _ in b],
+        series=None if series is None else np.repeat(series, b.size),
+        **kwargs,
+    )
 
 
 def _summary_frame(
