@@ -229,11 +229,12 @@ def predict(
         How the stacked laws' intervals are combined: their quantiles averaged with the
         stacking weights, or their distributions mixed (``predict --combine``).
     continue_run : str or sequence of str, optional
-        A fitted training run to continue, named by any of its checkpoints' ``run_id``, several
-        such names, or ``"all"`` (every training run of the fit) (``predict --continue-run``;
-        :mod:`climb_bayes.decisions.continuation`): the ``"predictive"`` rows are then those
-        runs at ``budgets`` (every run at every budget; ``mixture`` ``"run <run_id>"``), each
-        run's fitted deviation from the law carried forward, instead of new runs.
+        A fitted training run to continue, named by its ``run_series`` label or any of its
+        checkpoints' ``run_id``, several such names, or ``"all"`` (every training run of the
+        fit) (``predict --continue-run``; :mod:`climb_bayes.decisions.continuation`): the
+        ``"predictive"`` rows are then those runs at ``budgets`` (every run at every budget;
+        ``mixture`` ``"run <name>"``), each run's fitted deviation from the law carried
+        forward, instead of new runs.
 
     Returns
     -------
@@ -274,7 +275,7 @@ def predict(
     return ensemble_grid(
         ens,
         np.stack([r.shares for r in chosen]),
-        [f"run {r.run_id}" for r in chosen],
+        [f"run {r.name}" for r in chosen],
         budgets,
         series=np.array([r.series for r in chosen]),
         **options,

@@ -56,11 +56,11 @@ __all__ = ["predict"]
     "--continue-run",
     "continue_run",
     multiple=True,
-    metavar="RUN_ID",
-    help="Predict the fitted training run that checkpoint RUN_ID belongs to, continued to the "
-    "budget(s) (its mixture; its fitted deviation from the law carried forward), instead of a "
-    "new run. Checkpoints of one run share a run_series label in the runs table. Repeat for "
-    "several runs; 'all' continues every training run of the fit.",
+    metavar="RUN",
+    help="Predict a fitted training run, continued to the budget(s) (its mixture; its fitted "
+    "deviation from the law carried forward), instead of a new run. RUN is its run_series "
+    "label in the runs table (checkpoints of one run share it) or any of its checkpoints' "
+    "run_id. Repeat for several runs; 'all' continues every training run of the fit.",
 )
 @click.option("--levels", default="0.5,0.9", show_default=True, help="Central interval levels.")
 @click.option(
@@ -129,9 +129,10 @@ def predict(
     median and central intervals, in nats/token. A language with share 0 has an unbounded
     predicted loss (reported as inf).
 
-    With --continue-run RUN_ID the predictive rows are that fitted training run continued
-    (e.g. the 60k-step loss of a run checkpointed up to 30k steps): its own deviation from the
-    law, seen in its fitted checkpoints, is carried forward instead of a new run's.
+    With --continue-run RUN the predictive rows are that fitted training run continued (e.g.
+    the 60k-step loss of a run checkpointed up to 30k steps; RUN its run_series label or a
+    checkpoint's run_id): its own deviation from the law, seen in its fitted checkpoints, is
+    carried forward instead of a new run's.
 
     Example: climb-bayes predict fit.nc --budget 1e12 --mixture en=0.5,de=0.3,zh=0.2
     """
@@ -169,16 +170,17 @@ def predict(
         chosen = continued_runs(fit.runs, continue_run)
         if len(chosen) > 1:
             many = _ManyRows(
-                [f"run {r.run_id}" for r in chosen],
+                [f"run {r.name}" for r in chosen],
                 np.stack([r.shares for r in chosen]),
                 np.array([r.series for r in chosen]),
-                f"{len(chosen)} fitted training run(s) continued, each named by the checkpoint "
-                "given (or its latest), its fitted deviation from the law carried forward",
+                f"{len(chosen)} fitted training run(s) continued, each named as given (with "
+                "'all': its run_series label, or its latest checkpoint), its fitted deviation "
+                "from the law carried forward",
             )
             _predict_many(fit, fit_file, ens, many, budgets, lv, seed, n_samples, out, combine)
             return
         run = chosen[0]
-        mixes = [Mixture(f"run {run.run_id}", run.shares, langs)] * len(budgets)
+        mixes = [Mixture(f"run {run.name}", run.shares, langs)] * len(budgets)
     else:
         idx = thin_index(fit.n_draws, max_draws)
         law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
@@ -230,7 +232,7 @@ def predict(
                 f"  note: {', '.join(zero)} get(s) no data (share 0): CLIMB predicts an "
                 f"unbounded loss there (inf)."
             )
-    who = "one new run" if run is None else f"the training run of {run.run_id}, continued"
+    who = "one new run" if run is None else f"{_training_run(run)}, continued"
     click.echo(
         "\nlosses in nats/token; 'param' = the law's expected loss (parameter and law "
         f"uncertainty only); 'predictive' = {who} (also the extrapolation discrepancy, "
@@ -306,12 +308,17 @@ def _continuation_line(run: object, ens: object) -> str:
     ids = run.checkpoints
     shown = ", ".join(ids if len(ids) <= 4 else [*ids[:2], "...", ids[-1]])
     line = (
-        f"continuing the training run of {run.run_id}: {len(ids)} fitted checkpoint(s) ({shown}),"
+        f"continuing {_training_run(run)}: {len(ids)} fitted checkpoint(s) ({shown}),"
         f" the latest at {fmt_tokens(run.last_budget)} tokens; its fitted deviation from the law "
         "is carried forward"
     )
     warning = _no_run_effect_warning(ens)
     return f"{line}\n{warning}" if warning else line
+
+
+def _training_run(run: object) -> str:
+    """How the header and footer name a continued run: by its label where it has one."""
+    return f"training run {run.label!r}" if run.label else f"the training run of {run.run_id}"
 
 
 def _no_run_effect_warning(ens: object) -> str:

@@ -45,6 +45,9 @@ class Observations:
     run_series : numpy.ndarray or None
         ``(n_runs,)`` training trajectory of each run (checkpoints of one training run share
         a label); ``None``: every run is its own trajectory.
+    series_labels : tuple of str or None
+        ``(n_runs,)`` the written label of each run's trajectory
+        (:attr:`climb_bayes.data.runs.RunsData.series_labels`); ``None`` when unknown.
     """
 
     groups: tuple[str, ...]
@@ -56,6 +59,7 @@ class Observations:
     group: np.ndarray
     loss: np.ndarray
     run_series: np.ndarray | None = None
+    series_labels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -74,6 +78,10 @@ class Observations:
             set_(self, "run_series", np.asarray(self.run_series, dtype=np.int64))
             if self.run_series.shape != (len(self.run_ids),):
                 raise ValueError("Observations: run_series must have one entry per run")
+        if self.series_labels is not None:
+            set_(self, "series_labels", tuple(str(x) for x in self.series_labels))
+            if len(self.series_labels) != len(self.run_ids) or self.run_series is None:
+                raise ValueError("Observations: series_labels needs run_series, one per run")
         n = self.loss.shape[0]
         if not (self.run.shape == self.tokens.shape == self.group.shape == (n,)):
             raise ValueError("Observations: run, tokens, group and loss must have equal length")
@@ -135,6 +143,7 @@ class Observations:
             group=runs.obs_language,
             loss=runs.obs_loss,
             run_series=runs.run_series,
+            series_labels=runs.series_labels,
         )
 
     def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -163,6 +172,7 @@ class Observations:
             self.group[mask],
             self.loss[mask],
             self.run_series,
+            self.series_labels,
         )
 
     def select_runs(self, run_mask: np.ndarray) -> Observations:
@@ -203,6 +213,9 @@ class Observations:
             form="wide" if np.allclose(point_tokens, self.run_budget[used][point_run]) else "long",
             tail_start=1.0,
             run_series=self.series[used],  # labels stay those of this table's runs
+            series_labels=None
+            if self.series_labels is None
+            else tuple(self.series_labels[i] for i in used),
         )
 
 

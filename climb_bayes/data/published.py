@@ -280,5 +280,6 @@ def load_mixinglaws(
             group=np.tile(np.arange(m), n_runs),
             loss=values.ravel(),
             run_series=pd.factorize(np.array([rid for rid, _s in agg.index]))[0],
+            series_labels=tuple(f"{size}/{rid}" for rid, _s in agg.index),
         )
     return out

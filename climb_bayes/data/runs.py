@@ -176,6 +176,11 @@ class RunsData:
         the same label are checkpoints of one training run (their losses share that run's
         deviation from the law, see :mod:`climb_bayes.model.observation`). ``None``: every run is
         its own trajectory (the runs of a sweep).
+    series_labels : tuple of str or None
+        ``(n_runs,)`` the ``run_series`` label each run had in the table (``""``: a blank
+        cell, the run is its own trajectory), so that a training run can be named by its
+        label (``predict --continue-run``) and :meth:`to_frame` writes the labels back.
+        ``None`` when unknown (no ``run_series`` column; fits written before 2026-11-27).
     """
 
     languages: tuple[str, ...]
@@ -197,6 +202,7 @@ class RunsData:
     point_n_excluded: np.ndarray | None = field(default=None, repr=False)
     run_n_dropped_head: np.ndarray | None = field(default=None, repr=False)
     run_series: np.ndarray | None = field(default=None, repr=False)
+    series_labels: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -255,6 +261,13 @@ class RunsData:
             if arr.shape != (n_runs,):
                 raise ValueError("RunsData.run_series must have one entry per run")
             set_(self, "run_series", arr)
+        if self.series_labels is not None:
+            labels = tuple(str(x) for x in self.series_labels)
+            if len(labels) != n_runs or self.run_series is None:
+                raise ValueError(
+                    "RunsData.series_labels needs run_series and must have one entry per run"
+                )
+            set_(self, "series_labels", labels)
 
     # ---------------------------------------------------------------- construction helpers
 
@@ -481,7 +494,7 @@ class RunsData:
         for j, lang in enumerate(self.languages):
             columns[f"loss_{lang}"] = self.point_loss[order, j].copy()
         if self.run_series is not None:
-            columns[SERIES_COLUMN] = self.run_series.copy()
+            columns[SERIES_COLUMN] = self._series_column()
         return pd.DataFrame(columns)
 
     def _to_long(self) -> pd.DataFrame:
@@ -503,8 +516,15 @@ class RunsData:
             "loss": loss[keep],
         }
         if self.run_series is not None:
-            columns[SERIES_COLUMN] = self.run_series[runs[keep]]
+            columns[SERIES_COLUMN] = self._series_column()[runs[keep]]
         return pd.DataFrame(columns)
+
+    def _series_column(self) -> np.ndarray:
+        """``(n_runs,)`` the ``run_series`` column :meth:`to_frame` writes: the table's labels
+        where known (a blank label stays blank), else the integer codes."""
+        if self.series_labels is None:
+            return self.run_series.copy()
+        return np.asarray(self.series_labels, dtype=object)
 
     def subset_runs(self, runs: np.ndarray | Sequence[int] | Sequence[bool]) -> RunsData:
         """Keep some runs (e.g. for cross-validation folds), recomputing points and observations.
@@ -574,6 +594,9 @@ class RunsData:
             point_n_excluded=point_excl,
             run_n_dropped_head=run_head,
             run_series=None if self.run_series is None else self.run_series[idx],
+            series_labels=None
+            if self.series_labels is None
+            else tuple(self.series_labels[i] for i in idx),
         )
 
     def average_tail(self, k: int = PAPER_TAIL_POINTS) -> RunsData:
@@ -635,6 +658,7 @@ class RunsData:
             point_n_excluded=np.asarray(excluded) if excluded else None,
             run_n_dropped_head=self.run_n_dropped_head,
             run_series=self.run_series,
+            series_labels=self.series_labels,
         )
 
 
@@ -900,15 +924,16 @@ def _series_codes(
     run_ids: Sequence[str],
     run_rows: np.ndarray,
     props: np.ndarray,
-) -> np.ndarray | None:
-    """``(n_runs,)`` trajectory codes from the optional ``run_series`` column, or ``None``.
+) -> tuple[np.ndarray, tuple[str, ...]] | tuple[None, None]:
+    """``(n_runs,)`` trajectory codes and labels from the optional ``run_series`` column, or
+    ``(None, None)``.
 
     A blank cell makes the run its own trajectory. The label must be the same on every row of
     a run (long form), and the runs of one series must have the same mixture (checkpoints of
     one training run).
     """
     if SERIES_COLUMN not in df.columns:
-        return None
+        return None, None
     col = df[SERIES_COLUMN]
     blank = _is_blank(col)
     labels = np.where(blank, "", col.astype(str).str.strip().to_numpy(dtype=object))
@@ -948,7 +973,7 @@ def _series_codes(
             row=int(run_rows[r]),
             column=SERIES_COLUMN,
         )
-    return codes
+    return codes, tuple(str(x) for x in per_run)
 
 
 def _first(mask: np.ndarray) -> int:
@@ -1281,7 +1306,7 @@ def _parse_wide(
             _fail(source, problem, fix, row=int(rows[i]), column=col)
         loss[:, j] = values
 
-    series = _series_codes(df, source, np.arange(n), run_ids.tolist(), rows, props)
+    series, labels = _series_codes(df, source, np.arange(n), run_ids.tolist(), rows, props)
     zero = props == 0
     excluded = zero & np.isfinite(loss)
     loss[zero] = np.nan
@@ -1306,6 +1331,7 @@ def _parse_wide(
         point_n_excluded=excluded.sum(axis=1),
         run_n_dropped_head=np.zeros(n, dtype=np.int64),
         run_series=series,
+        series_labels=labels,
     )
 
 
@@ -1436,7 +1462,7 @@ def _parse_long(
         run_rows,
         "(column 'proportion')",
     )
-    series = _series_codes(df, source, run_codes, run_ids, run_rows, props)
+    series, labels = _series_codes(df, source, run_codes, run_ids, run_rows, props)
     m = len(langs)
     new_lang_of_old = np.full(n_all, -1, dtype=np.int64)
     new_lang_of_old[idx] = np.arange(m)
@@ -1524,4 +1550,5 @@ def _parse_long(
         point_n_excluded=excluded.sum(axis=1),
         run_n_dropped_head=run_head,
         run_series=series,
+        series_labels=labels,
     )

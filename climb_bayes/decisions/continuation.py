@@ -10,7 +10,8 @@ inform its deviation at a larger budget; the predictive then conditions on them
 new run's deviation.
 
 A training run is the set of runs sharing a ``run_series`` label (docs/runs-format.md): name
-any of its checkpoints' ``run_id``. Without that column each run is its own training run.
+it by that label, or by any of its checkpoints' ``run_id`` (a ``run_id`` wins where a label
+equals one). Without that column each run is its own training run.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ class ContinuedRun(NamedTuple):
 
     Attributes
     ----------
+    name : str
+        How it was named: a ``run_id`` or a ``run_series`` label (``predict`` prints rows as
+        ``run <name>``).
     run_id : str
-        The checkpoint named.
+        The checkpoint named, or the latest checkpoint where the run was named by its label.
+    label : str
+        Its ``run_series`` label in the fitted table (``""`` where it had none, or the fit
+        file predates stored labels).
     series : int
         Its ``run_series`` code in the fit (:attr:`RunsData.series`).
     checkpoints : tuple of str
@@ -47,7 +54,9 @@ class ContinuedRun(NamedTuple):
         Tokens of its latest checkpoint.
     """
 
+    name: str
     run_id: str
+    label: str
     series: int
     checkpoints: tuple[str, ...]
     shares: np.ndarray
@@ -55,14 +64,17 @@ class ContinuedRun(NamedTuple):
 
 
 def continued_run(runs: RunsData, run_id: str) -> ContinuedRun:
-    """The training run that checkpoint ``run_id`` of ``runs`` belongs to.
+    """The training run that checkpoint ``run_id`` of ``runs`` belongs to, or that has the
+    ``run_series`` label ``run_id``.
 
     Parameters
     ----------
     runs : RunsData
         The runs a fit saw (:attr:`~climb_bayes.inference.fitresult.Fit.runs`).
     run_id : str
-        Any of the run's checkpoints (a ``run_id`` of the table).
+        Any of the run's checkpoints (a ``run_id`` of the table), or its ``run_series`` label
+        (:attr:`~climb_bayes.data.runs.RunsData.series_labels`; then ``run_id`` of the result
+        is the latest checkpoint).
 
     Returns
     -------
@@ -71,24 +83,33 @@ def continued_run(runs: RunsData, run_id: str) -> ContinuedRun:
     Raises
     ------
     ClimbError
-        When ``run_id`` is not a run of the table (the message lists close matches).
+        When ``run_id`` is neither a run nor a ``run_series`` label of the table (the message
+        lists close matches).
     """
     name = str(run_id).strip()
-    if name not in runs.run_ids:
-        close = difflib.get_close_matches(name, runs.run_ids, n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-        sample = ", ".join(runs.run_ids[:5]) + (", ..." if runs.n_runs > 5 else "")
-        raise ClimbError(
-            f"--continue-run: the fit has no run {name!r} ({runs.n_runs} runs: {sample}). "
-            f"{hint}Name any checkpoint of the training run to continue, as its run_id in the "
-            "fitted table."
-        )
-    i = runs.run_ids.index(name)
+    labels = [lab for lab in dict.fromkeys(runs.series_labels or ()) if lab]
     series = runs.series
+    if name in runs.run_ids:
+        i = runs.run_ids.index(name)
+    elif name in labels:
+        i = runs.series_labels.index(name)
+    else:
+        close = difflib.get_close_matches(name, [*runs.run_ids, *labels], n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        known = f"{runs.n_runs} runs: {_sample(runs.run_ids)}"
+        if labels:
+            known += f"; {len(labels)} run_series labels: {_sample(labels)}"
+        raise ClimbError(
+            f"--continue-run: the fit has no run or run_series label {name!r} ({known}). "
+            f"{hint}Name the training run to continue by its run_series label or by any of its "
+            "checkpoints' run_id in the fitted table."
+        )
     members = np.flatnonzero(series == series[i])
     members = members[np.argsort(runs.run_budgets[members], kind="stable")]
     return ContinuedRun(
-        run_id=name,
+        name=name,
+        run_id=name if name in runs.run_ids else runs.run_ids[members[-1]],
+        label="" if runs.series_labels is None else runs.series_labels[i],
         series=int(series[i]),
         checkpoints=tuple(runs.run_ids[j] for j in members),
         shares=np.asarray(runs.run_proportions[i], dtype=float),
@@ -96,10 +117,14 @@ def continued_run(runs: RunsData, run_id: str) -> ContinuedRun:
     )
 
 
+def _sample(names: Sequence[str], n: int = 5) -> str:
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
+
+
 def continued_runs(runs: RunsData, names: str | Sequence[str]) -> list[ContinuedRun]:
     """Several training runs to continue: one per name (:func:`continued_run`), or with
-    ``"all"`` (:data:`ALL_RUNS`) every training run of ``runs``, each named by its latest
-    checkpoint, in the table's order.
+    ``"all"`` (:data:`ALL_RUNS`) every training run of ``runs``, in the table's order, each
+    named by its ``run_series`` label where the table gave one, else by its latest checkpoint.
 
     Raises
     ------
@@ -111,7 +136,7 @@ def continued_runs(runs: RunsData, names: str | Sequence[str]) -> list[Continued
         series = runs.series
         _, first = np.unique(series, return_index=True)
         latest = [continued_run(runs, runs.run_ids[i]) for i in np.sort(first)]
-        names = [run.checkpoints[-1] for run in latest]
+        names = [run.label or run.checkpoints[-1] for run in latest]
     if not names:
         raise ClimbError("--continue-run: name at least one run (or 'all').")
     out = [continued_run(runs, n) for n in names]

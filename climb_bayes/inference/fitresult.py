@@ -129,6 +129,9 @@ class Fit:
             sha256=str(self.attrs.get("data_sha256", "")),
             tail_start=float(self.attrs.get("tail_start", 0.85)),
             run_series=np.asarray(cd["run_series"].values) if "run_series" in cd else None,
+            series_labels=[str(x) for x in cd["run_series_label"].values]
+            if "run_series_label" in cd
+            else None,
         )
 
     # -- draws -------------------------------------------------------------------------------

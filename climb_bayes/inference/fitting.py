@@ -66,7 +66,10 @@ def group_labels(runs: RunsData) -> list[str]:
 
 
 def _constant_data(runs: RunsData) -> dict[str, np.ndarray]:
-    return {
+    labels = {}
+    if runs.series_labels is not None:  # the table's run_series labels, for --continue-run
+        labels["run_series_label"] = np.asarray(runs.series_labels, dtype=str)
+    return labels | {
         "run_proportions": np.asarray(runs.run_proportions),
         "run_budgets": np.asarray(runs.run_budgets),
         "point_run": np.asarray(runs.point_run),
@@ -91,6 +94,7 @@ _CONST_DIMS = {
     "obs_run": ["obs"],
     "obs_group": ["obs"],
     "run_series": ["run"],
+    "run_series_label": ["run"],
 }
 
 

@@ -243,11 +243,14 @@ def test_run_series_groups_checkpoints_of_one_training_run(form):
     assert np.unique(d.obs_group).size == 3 * 2
     unlabelled = runs_from_frame(checkpoint_frame().drop(columns="run_series"))
     assert unlabelled.run_series is None and np.unique(unlabelled.obs_group).size == 12
+    assert d.series_labels == ("m1", "m1", "m2", "m2", "m1", "")  # as written ("" = blank)
     e = runs_from_frame(d.to_frame(form))  # written and read back in either form
     np.testing.assert_array_equal(e.run_series, d.run_series)
     np.testing.assert_array_equal(e.obs_group, d.obs_group)
+    assert e.series_labels == d.series_labels  # the labels, not their codes, are written
     sub = d.subset_runs([1, 3, 4])
     np.testing.assert_array_equal(sub.run_series, [0, 1, 0])
+    assert sub.series_labels == ("m1", "m2", "m1")
 
 
 def test_summary_notes_unlabelled_checkpoints_in_a_wide_table():

@@ -68,10 +68,35 @@ def test_continued_run_names_the_training_run_of_a_checkpoint(world):
     assert run.last_budget == 2.5e10
     np.testing.assert_allclose(run.shares, [0.4, 0.2, 0.4])
     assert continued_run(runs, "s1-de-c0.2-25B").series == run.series
-    with pytest.raises(ClimbError, match=r"no run 's1-de-c0.2-50B'.*did you mean 's1-de-c0.2-5B'"):
+    with pytest.raises(ClimbError, match=r"label 's1-de-c0.2-50B'.*did you mean 's1-de-c0.2-5B'"):
         continued_run(runs, "s1-de-c0.2-50B")
     with pytest.raises(ClimbError, match="checkpoints of one training run; name it once"):
         continued_runs(runs, ["s1-de-c0.2-5B", "s0-en-c0.5-5B", "s1-de-c0.2-25B"])
+
+
+def test_a_training_run_is_named_by_its_run_series_label(world, tmp_path, capsys):
+    """The label of the runs table names the whole training run (its latest checkpoint is
+    continued); it survives the fit file, and a run_id still wins where both could match."""
+    runs, fit, *_ = world
+    run = continued_run(runs, " s1-de-c0.2 ")
+    assert (run.name, run.label, run.run_id) == ("s1-de-c0.2", "s1-de-c0.2", "s1-de-c0.2-25B")
+    assert run.checkpoints == continued_run(runs, "s1-de-c0.2-5B").checkpoints
+    assert continued_run(runs, "s1-de-c0.2-5B").label == "s1-de-c0.2"
+    with pytest.raises(ClimbError, match="checkpoints of one training run; name it once"):
+        continued_runs(runs, ["s1-de-c0.2", "s1-de-c0.2-5B"])
+    loaded = cb.load_fit(fit.save(tmp_path / "fit.nc"))
+    assert loaded.runs.series_labels == runs.series_labels
+    args = ["predict", str(tmp_path / "fit.nc"), "--budget", "1e11", "--continue-run"]
+    assert main([*args, "s1-de-c0.2"]) == 0
+    text = capsys.readouterr().out
+    assert "continuing training run 's1-de-c0.2': 2 fitted checkpoint(s)" in text
+    assert "training run 's1-de-c0.2', continued" in text
+    # a fit file without labels (written before they were kept): run_ids still work
+    unlabelled = runs.subset_runs(np.arange(runs.n_runs))
+    object.__setattr__(unlabelled, "series_labels", None)
+    assert continued_run(unlabelled, "s1-de-c0.2-5B").label == ""
+    with pytest.raises(ClimbError, match=r"no run or run_series label 's1-de-c0.2' \(54 runs"):
+        continued_run(unlabelled, "s1-de-c0.2")
 
 
 def test_continuing_a_run_carries_its_deviation_forward(world):
@@ -80,8 +105,9 @@ def test_continuing_a_run_carries_its_deviation_forward(world):
     fitted checkpoints: a predictive that drops the fitted residuals, or conditions on another
     run's, is uncorrelated with the true deviations."""
     runs, fit, final, offsets = world
-    chosen = continued_runs(runs, "all")  # every training run, named by its latest checkpoint
+    chosen = continued_runs(runs, "all")  # every training run, named by its run_series label
     assert [r.run_id for r in chosen] == [r.checkpoints[-1] for r in chosen]
+    assert [r.name for r in chosen] == [_label(r.run_id) for r in chosen]
     assert len(chosen) == 9 * N_SEEDS and all(r.run_id.endswith("-25B") for r in chosen)
     cont = cb.predict(fit, None, 2.5e11, continue_run="all")
     new = cb.predict(fit, np.stack([r.shares for r in chosen]), 2.5e11)
@@ -110,8 +136,8 @@ def test_continue_run_from_the_command_line(world, tmp_path, capsys):
     args = ["predict", str(path), "--budgets", "5e10,2.5e11", "--continue-run", "s2-zh-c0.1-25B"]
     assert main([*args, "-o", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "continuing the training run of s2-zh-c0.1-25B: 2 fitted checkpoint(s)" in text
-    assert "the training run of s2-zh-c0.1-25B, continued" in text
+    assert "continuing training run 's2-zh-c0.1': 2 fitted checkpoint(s)" in text
+    assert "training run 's2-zh-c0.1', continued" in text
     table = pd.read_csv(out)
     assert len(table) == 2 * 3 * 2 and set(table.mixture) == {"run s2-zh-c0.1-25B"}
     np.testing.assert_allclose(
@@ -122,7 +148,7 @@ def test_continue_run_from_the_command_line(world, tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--continue-run", "nope"], "no run 'nope'"),
+        (["--continue-run", "nope"], "no run or run_series label 'nope'"),
         (["--continue-run", "s0-en-c0.5-5B", "--mixture", "uniform"], "leave out --mixture"),
         (["--continue-run", "s0-en-c0.5-5B", "--mixtures", "m.csv"], "leave out --mixtures"),
     ],
