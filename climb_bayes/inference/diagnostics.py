@@ -103,6 +103,7 @@ def compute_diagnostics(
     var_names: list[str],
     bfmi: np.ndarray | None = None,
     target_accept: float = 0.95,
+    block_divergences: dict[str, int] | None = None,
 ) -> Diagnostics:
     """Compute diagnostics over the sampled (latent) variables.
 
@@ -121,6 +122,9 @@ def compute_diagnostics(
         chain, on unthinned energies); by default from ``sample_stats["energy"]`` per chain.
     target_accept : float
         The sampler's target acceptance: divergences advise one halfway to 1 (at most 0.99).
+    block_divergences : dict, optional
+        Divergent draws per language block (the language-block sampler): the divergence
+        problem then names the blocks they came from.
     """
     import arviz_stats as azs
 
@@ -152,7 +156,13 @@ def compute_diagnostics(
         problems.append(f"tail ESS {min_tail:.0f} < {ESS_MIN}")
     if div:
         higher = min(round((1.0 + target_accept) / 2.0, 3), 0.99)
-        problems.append(f"{div} divergent transitions: raise --target-accept (e.g. {higher:g})")
+        where = ""
+        if block_divergences:
+            hit = sorted(((n, k) for k, n in block_divergences.items() if n), reverse=True)
+            where = " (language blocks: " + ", ".join(f"{k} {n}" for n, k in hit) + ")"
+        problems.append(
+            f"{div} divergent transitions{where}: raise --target-accept (e.g. {higher:g})"
+        )
     if saturated > 0.05 * n_draws:
         problems.append(
             f"{saturated} draws hit the max tree depth {max_tree_depth}: raise --max-tree-depth"

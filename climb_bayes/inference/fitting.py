@@ -324,6 +324,9 @@ def fit_runs(
             _diagnosed_names(priors),
             bfmi=mcmc.block_bfmi if blocked else None,
             target_accept=config.target_accept,
+            block_divergences=dict(zip(runs.languages, mcmc.block_divergences, strict=True))
+            if blocked
+            else None,
         )
         attrs["diagnostics"] = diag.to_json()
         attrs["sampling_seconds"] = float(elapsed)

@@ -195,7 +195,8 @@ class BlockedPosterior:
 
     It answers the two questions :func:`climb_bayes.inference.fitting.fit_runs` asks of NumPyro's
     ``MCMC`` (``get_samples``, ``get_extra_fields``), so both samplers feed one DataTree builder
-    (``arviz_base.from_dict``), plus what only blocks have: the thinning and E-BFMI per block.
+    (``arviz_base.from_dict``), plus what only blocks have: the thinning, E-BFMI and divergent
+    kept draws per block.
     """
 
     def __init__(self, samples: dict[str, np.ndarray], extra: dict[str, np.ndarray]) -> None:
@@ -203,6 +204,7 @@ class BlockedPosterior:
         self._extra = extra
         self.block_thinning: list[int] = []  # iterations per kept draw, per block
         self.block_bfmi: np.ndarray | None = None  # E-BFMI (blocks, chains), unthinned
+        self.block_divergences: list[int] = []  # divergent kept draws, per block
 
     @staticmethod
     def _flatten(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -586,4 +588,5 @@ def run_blocked_nuts(
     posterior = BlockedPosterior(samples, combined)
     posterior.block_thinning = thinning
     posterior.block_bfmi = np.stack(bfmi)  # (blocks, chains)
+    posterior.block_divergences = [int(np.sum(d)) for d in extra["diverging"]]
     return posterior

@@ -74,6 +74,21 @@ def test_divergences_depth_and_bfmi_are_counted():
     assert "3 divergent" in text and "max tree depth" in text and "E-BFMI" in text
 
 
+def test_divergences_name_the_language_blocks_they_came_from():
+    """The language-block sampler's fit says which blocks diverged (most first), so a user
+    sees one hard language rather than a fit-wide count."""
+    draws = np.random.default_rng(0).normal(size=(2, 1000, 1))
+    div = np.zeros((2, 1000), bool)
+    div[1, :5] = True
+    blocks = {"en": 0, "ubuntu_irc": 4, "de": 1}
+    d = compute_diagnostics(
+        *_datasets(draws, diverging=div), 10, ["theta"], block_divergences=blocks
+    )
+    (line,) = [p for p in d.problems if "divergent" in p]
+    assert line.startswith("5 divergent transitions (language blocks: ubuntu_irc 4, de 1)")
+    assert "en 0" not in line  # blocks without divergences are not listed
+
+
 def test_json_round_trip_and_report():
     draws = np.random.default_rng(0).normal(size=(4, 500, 2))
     d = compute_diagnostics(*_datasets(draws), 10, ["theta"])
