@@ -12,7 +12,7 @@ of a Data Mixing Laws set as a wide-form runs CSV (``run_series`` = the mixture'
 docs/runs-format.md), runs ``climb-bayes fit`` with its defaults, asks ``climb-bayes predict
 --mixtures ... --budgets ...`` for every held-out mixture and budget (new runs: ``predict``
 knows nothing of the held-out trajectories), then ``climb-bayes predict --continue-run`` naming
-each held-out mixture's latest fitted checkpoint (the same training runs, continued: rows
+each held-out mixture's training run by its ``run_series`` label (the same runs, continued: rows
 ``continued run``; not with ``--no-series``), and scores the intervals against the published
 losses. ``--reuse`` keeps a fit already in ``--work`` (with its saved output and time).
 ``--no-series`` leaves the ``run_series`` column out (every checkpoint its own run), as a table
@@ -51,11 +51,11 @@ LEVELS = ("50%", "90%")
 
 def write_split(
     obs, fit_sel, test_sel, folder: Path, series: bool
-) -> tuple[Path, Path, list, dict[str, str]]:
+) -> tuple[Path, Path, list, set[str]]:
     """The fit table (wide CSV), the held-out mixtures (CSV), the held-out losses
-    ``[(mixture, budget, group, loss)]`` of one split, and per held-out mixture the ``run_id``
-    of its latest fitted checkpoint (for ``predict --continue-run``; absent when none was
-    fitted)."""
+    ``[(mixture, budget, group, loss)]`` of one split, and the ``run_series`` labels of the
+    fitted training runs (each mixture's label names its training run for ``predict
+    --continue-run``)."""
     runs = obs.to_runs()
     frame = runs.to_frame("wide")
     frame[SERIES_COLUMN] = [f"mix{c}" for c in runs.series]  # readable labels, not codes
@@ -76,9 +76,7 @@ def write_split(
         for c in shares
         if row[c] > 0
     ]
-    fitted = frame[run_fit].sort_values("tokens")
-    latest = fitted.groupby(SERIES_COLUMN)["run_id"].last().to_dict()
-    return fit_path, mix_path, truth, latest
+    return fit_path, mix_path, truth, set(frame.loc[run_fit, SERIES_COLUMN])
 
 
 def score(pred: pd.DataFrame, truth: list) -> list[dict]:
@@ -101,7 +99,7 @@ def run_set(
 ) -> dict:
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
-    fit_path, mix_path, truth, latest = write_split(obs, fit_sel, test_sel, folder, series)
+    fit_path, mix_path, truth, fitted = write_split(obs, fit_sel, test_sel, folder, series)
     fit_file = folder / "fit.nc"
     fit_out, fit_time = folder / "fit.stdout", folder / "fit.seconds"
     if not (reuse and fit_file.exists() and fit_out.exists() and fit_time.exists()):
@@ -127,13 +125,12 @@ def run_set(
     pred = pd.read_csv(pred_path)
     scores = score(pred, truth)
     if series:  # each held-out mixture as the continuation of its fitted training run
-        held = {t[0] for t in truth}
-        runs = {run_id: mix for mix, run_id in latest.items() if mix in held}
-        flags = [a for run_id in runs for a in ("--continue-run", run_id)]
+        held = sorted({t[0] for t in truth} & fitted)  # named by run_series label, as a user
+        flags = [a for label in held for a in ("--continue-run", label)]
         path = folder / "continue.csv"
         _predict(fit_file, path, budgets, flags)
         cont = pd.read_csv(path).query("quantity == 'predictive'")
-        mixture = cont["mixture"].str.removeprefix("run ").map(runs)  # predict names "run <id>"
+        mixture = cont["mixture"].str.removeprefix("run ")  # predict names "run <label>"
         cont = cont.assign(mixture=mixture, quantity="continued run")
         scores += score(cont, truth)
     return {
