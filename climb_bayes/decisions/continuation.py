@@ -88,29 +88,36 @@ def continued_run(runs: RunsData, run_id: str) -> ContinuedRun:
     """
     name = str(run_id).strip()
     labels = [lab for lab in dict.fromkeys(runs.series_labels or ()) if lab]
-    series = runs.series
     if name in runs.run_ids:
-        i = runs.run_ids.index(name)
-    elif name in labels:
-        i = runs.series_labels.index(name)
-    else:
-        close = difflib.get_close_matches(name, [*runs.run_ids, *labels], n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-        known = f"{runs.n_runs} runs: {_sample(runs.run_ids)}"
-        if labels:
-            known += f"; {len(labels)} run_series labels: {_sample(labels)}"
-        raise ClimbError(
-            f"--continue-run: the fit has no run or run_series label {name!r} ({known}). "
-            f"{hint}Name the training run to continue by its run_series label or by any of its "
-            "checkpoints' run_id in the fitted table."
-        )
-    members = np.flatnonzero(series == series[i])
-    members = members[np.argsort(runs.run_budgets[members], kind="stable")]
+        return _continued(runs, runs.run_ids.index(name), name)
+    if name in labels:
+        return _continued(runs, _checkpoints(runs, runs.series_labels.index(name))[-1], name)
+    close = difflib.get_close_matches(name, [*runs.run_ids, *labels], n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    known = f"{runs.n_runs} runs: {_sample(runs.run_ids)}"
+    if labels:
+        known += f"; {len(labels)} run_series labels: {_sample(labels)}"
+    raise ClimbError(
+        f"--continue-run: the fit has no run or run_series label {name!r} ({known}). "
+        f"{hint}Name the training run to continue by its run_series label or by any of its "
+        "checkpoints' run_id in the fitted table."
+    )
+
+
+def _checkpoints(runs: RunsData, i: int) -> np.ndarray:
+    """Indices of the runs of run ``i``'s training run, by budget."""
+    members = np.flatnonzero(runs.series == runs.series[i])
+    return members[np.argsort(runs.run_budgets[members], kind="stable")]
+
+
+def _continued(runs: RunsData, i: int, name: str) -> ContinuedRun:
+    """The training run of run ``i`` (the checkpoint it reports), named ``name``."""
+    members = _checkpoints(runs, i)
     return ContinuedRun(
         name=name,
-        run_id=name if name in runs.run_ids else runs.run_ids[members[-1]],
+        run_id=runs.run_ids[i],
         label="" if runs.series_labels is None else runs.series_labels[i],
-        series=int(series[i]),
+        series=int(runs.series[i]),
         checkpoints=tuple(runs.run_ids[j] for j in members),
         shares=np.asarray(runs.run_proportions[i], dtype=float),
         last_budget=float(runs.run_budgets[members[-1]]),
@@ -132,11 +139,11 @@ def continued_runs(runs: RunsData, names: str | Sequence[str]) -> list[Continued
         For an unknown name, no name, or two names of one training run.
     """
     names = [names] if isinstance(names, str) else list(names)
-    if [n.strip().lower() for n in names] == [ALL_RUNS]:
-        series = runs.series
-        _, first = np.unique(series, return_index=True)
-        latest = [continued_run(runs, runs.run_ids[i]) for i in np.sort(first)]
-        names = [run.label or run.checkpoints[-1] for run in latest]
+    if [n.strip().lower() for n in names] == [ALL_RUNS]:  # resolved by index, not by name
+        _, first = np.unique(runs.series, return_index=True)
+        latest = [_checkpoints(runs, i)[-1] for i in np.sort(first)]
+        labels = runs.series_labels or ("",) * runs.n_runs
+        return [_continued(runs, i, labels[i] or runs.run_ids[i]) for i in latest]
     if not names:
         raise ClimbError("--continue-run: name at least one run (or 'all').")
     out = [continued_run(runs, n) for n in names]

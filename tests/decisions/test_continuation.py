@@ -99,6 +99,30 @@ def test_a_training_run_is_named_by_its_run_series_label(world, tmp_path, capsys
         continued_run(unlabelled, "s1-de-c0.2")
 
 
+def test_all_resolves_each_training_run_by_index_not_by_its_label():
+    """A label may equal another training run's checkpoint id; ``all`` still gives each
+    training run once, named by its label (resolving the label as a name would pick the
+    checkpoint of the other run)."""
+    frame = pd.DataFrame(
+        {
+            "run_id": ["a@1k", "a@2k", "b@1k"],
+            "tokens": [1e9, 2e9, 1e9],
+            "r_en": [0.5, 0.5, 0.2],
+            "r_de": [0.5, 0.5, 0.8],
+            "loss_en": [3.0, 2.9, 3.3],
+            "loss_de": [3.1, 3.0, 2.8],
+            SERIES_COLUMN: ["b@1k", "b@1k", "solo"],  # run a's label is run b's id
+        }
+    )
+    runs = runs_from_frame(frame)
+    chosen = continued_runs(runs, "all")
+    assert [(r.name, r.run_id, r.checkpoints) for r in chosen] == [
+        ("b@1k", "a@2k", ("a@1k", "a@2k")),
+        ("solo", "b@1k", ("b@1k",)),
+    ]
+    assert continued_run(runs, "b@1k").checkpoints == ("b@1k",)  # a run_id wins as a name
+
+
 def test_continuing_a_run_carries_its_deviation_forward(world):
     """At 10x the largest fitted budget, the continued run's median sits off a new run's by the
     run's own deviation (sd 0.05 in log-loss here, 5x the point noise), learned from its two
