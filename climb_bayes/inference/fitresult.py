@@ -105,6 +105,8 @@ class Fit:
         import tomllib
 
         settings = tomllib.loads(self.attrs["priors_toml"])["priors"]
+        # fits stored before 2026-11-27 were sampled with the data's median share
+        settings.setdefault("reference_share", "median")
         return load_priors(None, **settings)
 
     @property

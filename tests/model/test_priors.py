@@ -48,6 +48,10 @@ def test_a_partial_file_keeps_defaults_and_overrides_win(tmp_path):
         ("[priors]\neta_log_sd = -1.0\n", "'eta_log_sd' must be a positive number"),
         ('[priors]\nlikelihood = "cauchy"\n', "'likelihood' must be one of"),
         ('[priors]\ntransfer_prior = "flat"\n', "'transfer_prior' must be one of"),
+        ('[priors]\nreference_share = "mean"\n', "'reference_share' must be one of"),
+        ("[priors]\nreference_share = 0\n", "or a number in (0, 1]"),
+        ("[priors]\nreference_share = 1.5\n", "or a number in (0, 1]"),
+        ("[priors]\nreference_share = true\n", "or a number in (0, 1]"),
         ('[priors]\nreducible_loc = "median"\n', "'reducible_loc' must be \"auto\""),
         ("[priors\n", "not valid TOML"),
     ],
@@ -59,6 +63,38 @@ def test_bad_files_name_the_file_and_the_key(tmp_path, text, message):
         load_priors(path)
     assert message in str(err.value)
     assert str(path) in str(err.value)
+
+
+def test_reference_share_rules(runs3):
+    """``median`` (default) is the data's median inner share; ``uniform`` is 1/m whatever the
+    design; a number is used as given; the model data carry the stated rule."""
+    from climb_bayes.model.climb_model import model_data, reference_share
+
+    sparse = np.array([[0.9, 0.05, 0.05, 0.0], [0.0, 0.02, 0.03, 0.95]])  # median 0.05
+    assert reference_share(sparse) == pytest.approx(0.05)
+    assert reference_share(sparse, "median") == pytest.approx(0.05)
+    assert reference_share(sparse, "uniform") == pytest.approx(0.25)
+    assert reference_share(np.ones((2, 2)), "median") == 0.5  # no inner share
+    assert reference_share(sparse, 0.1) == 0.1
+    assert Priors().reference_share == "median"
+    m = len(runs3.languages)
+    for setting, expected in [("uniform", 1.0 / m), (0.3, 0.3)]:
+        data = model_data(runs3, Priors(reference_share=setting))
+        assert data.reference_share == pytest.approx(expected)
+
+
+def test_a_fit_file_keeps_its_reference_share(map_fit3):
+    """The rule is stored with the fit's priors (robustness and SBC re-fits read it back); a
+    fit file written before the setting existed was sampled with the median rule."""
+    from climb_bayes.inference.fitresult import Fit
+
+    tree = map_fit3.tree.copy()
+    uniform = priors_to_toml(Priors(reference_share="uniform"), comments=False)
+    tree.attrs = dict(tree.attrs) | {"priors_toml": uniform}
+    assert Fit(tree).priors.reference_share == "uniform"
+    old = "\n".join(line for line in uniform.splitlines() if "reference_share" not in line)
+    tree.attrs = dict(tree.attrs) | {"priors_toml": old}
+    assert Fit(tree).priors.reference_share == "median"
 
 
 def test_missing_file_says_how_to_make_one(tmp_path):
