@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import xarray as xr
 
 from climb_bayes.inference.diagnostics import Diagnostics, compute_diagnostics
@@ -87,6 +88,27 @@ def test_divergences_name_the_language_blocks_they_came_from():
     (line,) = [p for p in d.problems if "divergent" in p]
     assert line.startswith("5 divergent transitions (language blocks: ubuntu_irc 4, de 1)")
     assert "en 0" not in line  # blocks without divergences are not listed
+
+
+@pytest.mark.parametrize(
+    ("target", "raise_to", "geometry"),
+    [(0.95, "0.975", False), (0.98, "0.99", True), (0.995, None, True)],
+)
+def test_divergence_advice_follows_the_target_acceptance(target, raise_to, geometry):
+    """Below 0.98 the advice is a higher target; from 0.98 it also says that divergences
+    which survive ~0.99 are the posterior's geometry (RegMix's ubuntu_irc block), and at
+    0.99 or above it no longer tells the user to raise it."""
+    draws = np.random.default_rng(0).normal(size=(2, 1000, 1))
+    div = np.zeros((2, 1000), bool)
+    div[0, :3] = True
+    d = compute_diagnostics(*_datasets(draws, diverging=div), 10, ["theta"], target_accept=target)
+    (line,) = [p for p in d.problems if "divergent" in p]
+    if raise_to is None:
+        assert "raise --target-accept" not in line
+    else:
+        assert f"raise --target-accept (e.g. {raise_to})" in line
+    assert ("posterior's geometry" in line) is geometry
+    assert ("evaluate --lfo" in line) is geometry
 
 
 def test_json_round_trip_and_report():
