@@ -179,7 +179,7 @@ def compute_diagnostics(
             "'Diagnostics')"
         )
         advice = f"raise --target-accept (e.g. {higher:g})"
-        if target_accept >= 0.99:
+        if higher <= target_accept:  # already at the highest target the gate advises
             advice = f"at target acceptance {target_accept:g} they are {geometry}"
         elif target_accept >= GEOMETRY_ACCEPT:
             advice = f"{advice}; divergences that stay at that are {geometry}"

@@ -201,9 +201,10 @@ class Priors:
         share = self.reference_share
         if isinstance(share, str):
             ok = share in REFERENCE_SHARES
-        else:
-            ok = isinstance(share, int | float) and math.isfinite(share) and 0 < share <= 1
-        if not ok or isinstance(share, bool):
+        else:  # a TOML true is an int to Python: refused, not read as 1
+            number = isinstance(share, int | float) and not isinstance(share, bool)
+            ok = number and math.isfinite(share) and 0 < share <= 1
+        if not ok:
             raise PriorsError(
                 f"{where}: 'reference_share' must be one of {', '.join(REFERENCE_SHARES)} or a "
                 f"number in (0, 1], got {share!r}."
