@@ -273,6 +273,8 @@ def _ensemble_lines(result) -> list[str]:
     weights = json.loads(weights_text)
     method = result.attrs.get("weight_method", "")
     how = {
+        "lfo-bootstrap-stacking": "stacked by their leave-future-out log score (Bayesian "
+        "bootstrap over the folds' language blocks)",
         "lfo-stacking": "stacked by their leave-future-out log score",
         "loo-stacking": "stacked by PSIS-LOO (one budget: extrapolation cannot be checked)",
         "single": "one law",

@@ -8,8 +8,10 @@ benchmark; docs/benchmarks.md). :func:`fit_ensemble` therefore
 2. learns each law's extrapolation discrepancy from those residuals, starting from a prior
    calibrated on published benchmarks (:mod:`climb_bayes.model.discrepancy`);
 3. stacks the laws' predictive distributions with weights that maximise the leave-future-out
-   log score (Yao et al. 2018) -- or the PSIS-LOO log score when the data have a single budget
-   and cannot say how a law extrapolates;
+   log score (Yao et al. 2018), averaged over a Bayesian bootstrap of the folds' (fold,
+   language) blocks, whose points share a law's error (:mod:`climb_bayes.inference.stacking`)
+   -- or the PSIS-LOO log score when the data have a single budget and cannot say how a law
+   extrapolates;
    its intervals average the laws' *quantiles* with those weights (:func:`quantile_average`),
    the decisions mix the laws' draws (below);
 4. fits every law to all the data (NUTS by default; with folds, after the weights, so a law the
@@ -68,7 +70,6 @@ References
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -85,6 +86,11 @@ from climb_bayes.inference.predictive import (
     log_predictive_density,
     predictive_parts,
     predictive_samples,
+)
+from climb_bayes.inference.stacking import (
+    STACKING_BOOTSTRAP,
+    bootstrap_stacking_weights,
+    stacking_weights,
 )
 from climb_bayes.laws.base import FitOptions, Law, LawFit
 from climb_bayes.model.discrepancy import (
@@ -112,7 +118,11 @@ MIN_LOO_DRAWS = 100
 """Fewer posterior draws than this (a point fit, a very short run): PSIS-LOO is not reliable
 (Pareto smoothing needs a tail of at least 5 draws), the in-sample log density stands in."""
 
-WEIGHT_METHODS = ("lfo-stacking", "loo-stacking", "single")
+WEIGHT_METHODS = ("lfo-bootstrap-stacking", "lfo-stacking", "loo-stacking", "single")
+"""How the weights were found: the inner folds' log score averaged over a Bayesian bootstrap
+of their (fold, language) blocks (default, :mod:`climb_bayes.inference.stacking`), the same
+score as if every point were independent (``EnsembleOptions(stacking_bootstrap=0)``; fits
+stored before 2026-11-28), PSIS-LOO (one budget), or a single law."""
 LFO_METHODS = ("laplace", "nuts", "map", "none")
 COMBINE_METHODS = ("quantile", "mixture")
 """How the laws' predictives are combined: join their quantiles (default; at the correlation of
@@ -270,6 +280,12 @@ class EnsembleOptions:
         Measure the correlation of the laws' inner-fold errors (:func:`error_correlation`) and
         join the laws' quantiles by it (:func:`copula_average`); False: comonotone quantiles
         (:func:`quantile_average`), which assumes the laws err together.
+    stacking_bootstrap : int
+        Bayesian-bootstrap replicates over the inner folds' (fold, language) blocks whose
+        stacking optima are averaged into the weights
+        (:func:`~climb_bayes.inference.stacking.bootstrap_stacking_weights`); 0: one optimum
+        over the points as if they were independent (the weights of fits stored before
+        2026-11-28).
     """
 
     method: str = "nuts"
@@ -280,6 +296,7 @@ class EnsembleOptions:
     n_draws: int = 1000
     nuts_min_weight: float = 0.0
     correlate: bool = True
+    stacking_bootstrap: int = STACKING_BOOTSTRAP
 
 
 @dataclass
@@ -436,44 +453,6 @@ def _check_combine(combine: str) -> None:
         raise ClimbError(f"combine must be one of {', '.join(COMBINE_METHODS)}, got {combine!r}.")
 
 
-def stacking_weights(lpd: dict[str, np.ndarray]) -> dict[str, float]:
-    """Stacking weights from pointwise log predictive densities (same points for every law).
-
-    Uses :func:`arviz_stats.compare` (``method="stacking"``) on the pointwise values.
-
-    References
-    ----------
-    .. [1] Yao et al. (2018), Eq. (4).
-    """
-    import xarray as xr
-    from arviz_stats import ELPDData, compare
-
-    if len(lpd) == 1:
-        return {next(iter(lpd)): 1.0}
-    # arviz-stats < 1 requires ``kind``; 1.x has no such argument (measured: 0.8.0 and 1.3.3)
-    extra = {"kind": "loo"} if "kind" in inspect.signature(ELPDData.__init__).parameters else {}
-    elpd = {}
-    for name, x in lpd.items():
-        x = np.asarray(x, dtype=float)
-        elpd[name] = ELPDData(
-            **extra,
-            elpd=float(x.sum()),
-            se=float(x.std() * np.sqrt(x.size)),
-            p=0.0,
-            n_samples=1,
-            n_data_points=int(x.size),
-            scale="log",
-            warning=False,
-            good_k=0.7,
-            elpd_i=xr.DataArray(x, dims=["obs"]),
-            pareto_k=xr.DataArray(np.zeros(x.size), dims=["obs"]),
-        )
-    table = compare(elpd, method="stacking")
-    w = {name: max(float(table.loc[name, "weight"]), 0.0) for name in lpd}
-    total = sum(w.values())
-    return {k: v / total for k, v in w.items()}
-
-
 def _fold_residuals(
     fold_fit: LawFit, test: Observations, fold_id: int, m: int
 ) -> tuple[LfoResiduals, PredictiveParts]:
@@ -604,7 +583,17 @@ def fit_ensemble(
                 fold_parts[law.name], discs[law.name], options.seed
             )
             lfo_summary[law.name] |= scores
-        weights, method = stacking_weights(lpd), "lfo-stacking"
+        if ens.stacking_bootstrap > 0:
+            # the points of one (fold, language) block share a law's extrapolation error
+            clusters = np.concatenate(
+                [f * obs.m + test.group for f, (_, test, _) in enumerate(fold_parts[laws[0].name])]
+            )
+            weights = bootstrap_stacking_weights(
+                lpd, clusters, n_bootstrap=ens.stacking_bootstrap, seed=options.seed
+            )
+            method = "lfo-bootstrap-stacking"
+        else:
+            weights, method = stacking_weights(lpd), "lfo-stacking"
     else:
         weights, method = _loo_weights(fits, common), "loo-stacking"
     log(

@@ -78,7 +78,7 @@ def test_generating_law_wins_and_a_constant_law_gets_nothing(isolated_world):
         FitOptions(n_starts=2, max_iter=400),
         EnsembleOptions(method="map", lfo="map", lfo_folds=2),
     )
-    assert ens.weight_method == "lfo-stacking"
+    assert ens.weight_method == "lfo-bootstrap-stacking"
     assert sum(ens.weights.values()) == pytest.approx(1.0)
     assert ens.weights["isolated"] > 0.8
     assert ens.weights["constant"] < 0.01
