@@ -122,7 +122,7 @@ WEIGHT_METHODS = ("lfo-bootstrap-stacking", "lfo-stacking", "loo-stacking", "sin
 """How the weights were found: the inner folds' log score averaged over a Bayesian bootstrap
 of their (fold, language) blocks (default, :mod:`climb_bayes.inference.stacking`), the same
 score as if every point were independent (``EnsembleOptions(stacking_bootstrap=0)``; fits
-stored before 2026-11-28), PSIS-LOO (one budget), or a single law."""
+stored before 2026-11-27, evening), PSIS-LOO (one budget), or a single law."""
 LFO_METHODS = ("laplace", "nuts", "map", "none")
 COMBINE_METHODS = ("quantile", "mixture")
 """How the laws' predictives are combined: join their quantiles (default; at the correlation of
@@ -285,7 +285,7 @@ class EnsembleOptions:
         stacking optima are averaged into the weights
         (:func:`~climb_bayes.inference.stacking.bootstrap_stacking_weights`); 0: one optimum
         over the points as if they were independent (the weights of fits stored before
-        2026-11-28).
+        2026-11-27, evening).
     """
 
     method: str = "nuts"
