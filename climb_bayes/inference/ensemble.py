@@ -584,10 +584,9 @@ def fit_ensemble(
             )
             lfo_summary[law.name] |= scores
         if ens.stacking_bootstrap > 0:
-            # the points of one (fold, language) block share a law's extrapolation error
-            clusters = np.concatenate(
-                [f * obs.m + test.group for f, (_, test, _) in enumerate(fold_parts[laws[0].name])]
-            )
+            # the points of one (fold, language) block share a law's extrapolation error; the
+            # residuals carry that block id, in the order of the fold scores
+            clusters = LfoResiduals.concat(resid[laws[0].name]).block
             weights = bootstrap_stacking_weights(
                 lpd, clusters, n_bootstrap=ens.stacking_bootstrap, seed=options.seed
             )
