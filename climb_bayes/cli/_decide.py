@@ -270,6 +270,27 @@ def write_json(obj: object, path: Path) -> None:
     _atomic_text(path, json.dumps(clean(obj), indent=1))
 
 
+def _combine_text(ens: object, combine: str) -> str:
+    """How the stacked laws' intervals are combined: the mixture, the quantile average, or the
+    quantiles joined at the laws' measured error correlation (``LawEnsemble._combined``)."""
+    if combine != "quantile":
+        return "intervals of the mixture of the laws"
+    names = [k for k in sorted(ens.weights, key=lambda k: -ens.weights[k]) if ens.weights[k] > 0]
+    corr = ens.error_correlation(names)
+    pairs = [
+        f"{a}~{b} {corr[i, j]:.2f}"
+        for i, a in enumerate(names)
+        for j, b in enumerate(names)
+        if j > i and corr[i, j] < 1.0
+    ]
+    if not pairs:
+        return "intervals average the laws' quantiles"
+    return (
+        "intervals join the laws' quantiles at the correlation of their leave-future-out "
+        "errors (" + ", ".join(pairs) + ")"
+    )
+
+
 def predictive_line(ens: object, combine: str | None = None) -> str:
     """One line naming the predictive: the stacked laws and weights, or the single law; with
     ``combine`` (``predict``), how the laws' intervals are combined."""
@@ -290,11 +311,7 @@ def predictive_line(ens: object, combine: str | None = None) -> str:
             + f"; {ens.weight_method}); --law NAME for one law"
         )
         if combine is not None and sum(w > 0 for w in ens.weights.values()) > 1:
-            line += (
-                "; intervals average the laws' quantiles"
-                if combine == "quantile"
-                else "; intervals of the mixture of the laws"
-            )
+            line += "; " + _combine_text(ens, combine)
     disc = [k for k, f in ens.fits.items() if f.discrepancy is not None]
     if disc:
         src = {ens.fits[k].discrepancy.source for k in disc}

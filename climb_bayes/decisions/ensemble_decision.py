@@ -8,13 +8,17 @@ extrapolation discrepancy at the target budget:
     f_s(r) = sum_i w_i exp(log L_i(D, r; law_s, theta_s) + delta_s,i(r))
 
 where ``delta_s,i(r) = x_i tau_s,i (sqrt(rho_s) a_s,i + sqrt(1 - rho_s) c_s,i(r))``
-(:mod:`climb_bayes.model.discrepancy`) with the mixture-specific part ``c`` drawn as a smooth random
-function of ``r`` by random Fourier features (``N_FEATURES`` cosines with frequencies
-``N(0, I / l^2)``, the spectral density of the squared-exponential kernel), so that each draw's
-objective is a smooth function the Newton solver of :mod:`climb_bayes.decisions.solvers` can
-minimise. The distribution over ``r*`` is then a mixture over laws, draws and discrepancies; the
-Bayes decision minimises ``mean_s f_s(r)``, the risk-averse one ``CVaR_alpha``; and ``P(better)`` of
-two mixtures counts the draws -- discrepancy included -- in which one beats the other.
+(:mod:`climb_bayes.model.discrepancy`), bounded as in
+:func:`climb_bayes.inference.predictive.monotone_bounds` (beyond the fitted budgets the loss may
+not exceed the same draw's law at the largest fitted budget; a smooth clip of width
+:data:`BOUND_SMOOTH`, so the solver keeps its derivatives), with the mixture-specific part ``c``
+drawn as a smooth random function of ``r`` by random Fourier features (``N_FEATURES`` cosines
+with frequencies ``N(0, I / l^2)``, the spectral density of the squared-exponential kernel), so
+that each draw's objective is a smooth function the Newton solver of
+:mod:`climb_bayes.decisions.solvers` can minimise. The distribution over ``r*`` is then a
+mixture over laws, draws and discrepancies; the Bayes decision minimises ``mean_s f_s(r)``, the
+risk-averse one ``CVaR_alpha``; and ``P(better)`` of two mixtures counts the draws --
+discrepancy included -- in which one beats the other.
 
 A predicted gain that is smaller than the spread the discrepancy puts on the difference of two
 mixtures' losses shows up as ``P(better)`` near 0.5, not 1.0.
@@ -40,9 +44,11 @@ import numpy as np
 from climb_bayes.decisions.decision import cvar
 from climb_bayes.decisions.solvers import interior_start, solve_batch
 from climb_bayes.laws.base import Law, LawFit
+from climb_bayes.model.discrepancy import edge_fraction
 
 __all__ = [
     "N_FEATURES",
+    "BOUND_SMOOTH",
     "LawDraws",
     "decision_draws",
     "draw_losses",
@@ -54,6 +60,10 @@ __all__ = [
 N_FEATURES = 64
 """Random Fourier features per draw and language for the mixture-specific discrepancy."""
 
+BOUND_SMOOTH = 0.005
+"""Width (log-loss) of the smooth clip at the monotone bound: a draw exactly at the bound is
+``BOUND_SMOOTH * log 2`` (0.35%) below it, one 3 widths inside is moved by 0.025%."""
+
 
 class LawDraws(NamedTuple):
     """One law's share of the decision draws at one budget.
@@ -62,6 +72,12 @@ class LawDraws(NamedTuple):
     ----------
     law : Law
         The law.
+    bounds : tuple
+        ``(d_edge, above, below, stretch)`` per distinct edge budget (static numpy arrays:
+        ``(m,)`` bool masks and ``(m,)`` factors ``1 / (1 - q)``): the languages whose loss at
+        the target budget is bounded by the curve at ``d_edge`` (reference units) from above
+        (target beyond their largest fitted budget) or from below (target under their smallest);
+        see :func:`climb_bayes.inference.predictive.monotone_bounds`.
     theta : dict
         Per-draw arrays (leading axis ``S_k``): ``params`` (dict), ``d`` (budget in the law's
         reference units), ``shift`` ``(S_k, m)`` (``x tau sqrt(rho) a``), ``amp`` ``(S_k, F, m)``
@@ -71,6 +87,7 @@ class LawDraws(NamedTuple):
 
     law: Law
     theta: dict[str, Any]
+    bounds: tuple = ()
 
     @property
     def n(self) -> int:
@@ -90,7 +107,10 @@ def _law_draws(
     omega = rng.standard_normal((count, n_features, m))
     phase = rng.uniform(0.0, 2.0 * np.pi, (count, n_features))
     d = fit.discrepancy
+    bounds = ()
     if d is not None:
+        stretch = 1.0 / (1.0 - edge_fraction(budget, d.lo, d.hi, d.growth))
+        bounds = _edge_bounds(d.lo, d.hi, budget, fit.d_ref, stretch)
         x = d.distance_at(budget)  # (m,)
         j = idx % d.tau.shape[0]
         tau, rho = d.tau[j], d.rho[j]
@@ -107,7 +127,21 @@ def _law_draws(
         "omega": omega,
         "phase": phase,
     }
-    return LawDraws(fit.law, theta)
+    return LawDraws(fit.law, theta, bounds)
+
+
+def _edge_bounds(
+    lo: np.ndarray, hi: np.ndarray, budget: float, d_ref: float, stretch: np.ndarray
+) -> tuple:
+    """:attr:`LawDraws.bounds` at ``budget`` for fitted ranges ``[lo, hi]`` (tokens)."""
+    out = []
+    for edges, beyond, above in ((hi, budget > hi, True), (lo, budget < lo, False)):
+        for value in np.unique(edges[beyond]):
+            mask = beyond & (edges == value)
+            none = np.zeros_like(mask)
+            masks = (mask, none) if above else (none, mask)
+            out.append((float(value) / d_ref, *masks, np.asarray(stretch, float)))
+    return tuple(out)
 
 
 def decision_draws(
@@ -135,17 +169,26 @@ def decision_draws(
     ]
 
 
-def _log_losses(law: Law, theta: dict, r: jax.Array) -> jax.Array:
-    """``(m,)`` log-loss of one draw at mixture ``r``: the law plus its discrepancy."""
+def _log_losses(law: Law, bounds: tuple, theta: dict, r: jax.Array) -> jax.Array:
+    """``(m,)`` log-loss of one draw at mixture ``r``: the law plus its discrepancy, smoothly
+    clipped to the monotone bounds (``bounds``, :attr:`LawDraws.bounds`)."""
     base = law.log_loss(theta["params"], r, theta["d"])
     features = jnp.cos(theta["omega"] @ r + theta["phase"])  # (F,)
-    return base + theta["shift"] + features @ theta["amp"]
+    out = base + theta["shift"] + features @ theta["amp"]
+    s = BOUND_SMOOTH
+    for d_edge, above, below, stretch in bounds:
+        edge = law.log_loss(theta["params"], r, d_edge)
+        cap = base + jnp.maximum(edge - base, 0.0) * stretch  # never below the law itself
+        floor = base + jnp.minimum(edge - base, 0.0) * stretch
+        out = jnp.where(above, cap - s * jax.nn.softplus((cap - out) / s), out)
+        out = jnp.where(below, floor + s * jax.nn.softplus((out - floor) / s), out)
+    return out
 
 
-def _value(law: Law, x: jax.Array, theta: dict, shared: Any) -> jax.Array:
+def _value(law: Law, bounds: tuple, x: jax.Array, theta: dict, shared: Any) -> jax.Array:
     m = theta["shift"].shape[-1]
     w = shared
-    return jnp.sum(w * jnp.exp(_log_losses(law, theta, x[:m])))
+    return jnp.sum(w * jnp.exp(_log_losses(law, bounds, theta, x[:m])))
 
 
 def _shared(draws: Sequence[LawDraws], weights: np.ndarray) -> tuple:
@@ -167,7 +210,7 @@ def draw_losses(draws: Sequence[LawDraws], r: np.ndarray, weights: np.ndarray) -
     w = jnp.asarray(np.asarray(weights, dtype=float))
     out = []
     for ld in draws:
-        vals = jax.vmap(lambda th, law=ld.law: _value(law, r, th, w))(ld.theta)
+        vals = jax.vmap(lambda th, ld=ld: _value(ld.law, ld.bounds, r, th, w))(ld.theta)
         vals = np.asarray(vals)
         if not ld.law.zero_share_ok:
             vals = np.where(np.any((np.asarray(r) <= 0) & (np.asarray(w) > 0)), np.inf, vals)
@@ -188,8 +231,8 @@ def optimum_draws(
     for ld in draws:
         x0 = np.tile(interior_start(start, lo, hi), (ld.n, 1))
         sol = solve_batch(
-            partial(_value, ld.law),
-            partial(_derivs, partial(_value, ld.law)),
+            partial(_value, ld.law, ld.bounds),
+            partial(_derivs, partial(_value, ld.law, ld.bounds)),
             ld.theta,
             lo,
             hi,
@@ -204,8 +247,8 @@ def _mean_value(laws: tuple, x: jax.Array, theta: dict, shared: Any) -> jax.Arra
     thetas, counts, w = shared
     total = sum(counts)
     acc = 0.0
-    for law, th in zip(laws, thetas, strict=True):
-        vals = jax.vmap(lambda t, law=law: _value(law, x, t, w))(th)
+    for (law, bounds), th in zip(laws, thetas, strict=True):
+        vals = jax.vmap(lambda t, law=law, b=bounds: _value(law, b, x, t, w))(th)
         acc = acc + jnp.sum(vals) / total
     return acc
 
@@ -225,7 +268,7 @@ def bayes_decision(
     start: np.ndarray | None = None,
 ) -> np.ndarray:
     """Mixture minimising ``mean_s f_s(r)`` over every decision draw (all laws at once)."""
-    laws = tuple(ld.law for ld in draws)
+    laws = tuple((ld.law, ld.bounds) for ld in draws)
     shared = _shared(draws, weights)
     x0 = np.atleast_2d(interior_start(start, lo, hi))
     one = {"_": np.zeros(1)}
@@ -247,8 +290,8 @@ def _cvar_value(laws: tuple, alpha: float, smooth: float, x: jax.Array, theta: d
     r, t = x[:m], x[m]
     vals = jnp.concatenate(
         [
-            jax.vmap(lambda th, law=law: _value(law, r, th, w))(th)
-            for law, th in zip(laws, thetas, strict=True)
+            jax.vmap(lambda th, law=law, b=bounds: _value(law, b, r, th, w))(th)
+            for (law, bounds), th in zip(laws, thetas, strict=True)
         ]
     )
     return t + jnp.mean(smooth * jax.nn.softplus((vals - t) / smooth)) / (1.0 - alpha)
@@ -269,7 +312,7 @@ def cvar_decision(
     f0 = draw_losses(draws, r0[0], weights)
     spread = float(np.std(f0)) if f0.size > 1 else 0.0
     smooth = max(0.01 * spread, 1e-9 * float(np.mean(f0)), 1e-12)
-    laws = tuple(ld.law for ld in draws)
+    laws = tuple((ld.law, ld.bounds) for ld in draws)
     shared = _shared(draws, weights)
     x0 = np.concatenate([r0, [[float(np.quantile(f0, alpha))]]], axis=1)
     sol = solve_batch(

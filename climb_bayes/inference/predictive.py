@@ -8,7 +8,9 @@ For each posterior draw ``s`` and observation ``n`` (language ``i``, budget ``D`
 * the **run effect and noise** (:mod:`climb_bayes.model.observation`): a run the fit has seen (a
   later checkpoint of a fitted trajectory) gets the conditional law given that run's fitted
   residuals; a new run gets the marginal one, scale ``sqrt(sigma^2 + sigma_run^2)``;
-* the **discrepancy** ``delta`` (:mod:`climb_bayes.model.discrepancy`), 0 inside the fitted budgets.
+* the **discrepancy** ``delta`` (:mod:`climb_bayes.model.discrepancy`), 0 inside the fitted budgets,
+  bounded so that the expected loss does not rise with more tokens of the same mixture
+  (:func:`monotone_bounds`).
 
 :func:`predictive_parts` returns these pieces per draw; :func:`predictive_samples` draws from
 the predictive and :func:`log_predictive_density` scores observations under it (the density of
@@ -28,6 +30,7 @@ References
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import jax
@@ -42,6 +45,7 @@ from climb_bayes.model.observation import conditional_moments, group_count, grou
 __all__ = [
     "PredictiveParts",
     "predictive_parts",
+    "monotone_bounds",
     "predictive_samples",
     "log_predictive_density",
     "draw_index",
@@ -66,6 +70,9 @@ class PredictiveParts(NamedTuple):
         ``(S, N)`` degrees of freedom (``inf``: Normal).
     delta_sd : numpy.ndarray
         ``(S, N)`` sd of the discrepancy (0 inside the fitted budgets or without one).
+    delta_low, delta_high : numpy.ndarray or None
+        ``(S, N)`` least and greatest discrepancy a draw may take (:func:`monotone_bounds`;
+        ``None``: unbounded).
     """
 
     law: np.ndarray
@@ -73,6 +80,8 @@ class PredictiveParts(NamedTuple):
     scale: np.ndarray
     df: np.ndarray
     delta_sd: np.ndarray
+    delta_low: np.ndarray | None = None
+    delta_high: np.ndarray | None = None
 
     @property
     def centre(self) -> np.ndarray:
@@ -175,12 +184,84 @@ def predictive_parts(
                 scale[:, known] = np.asarray(sc)
                 df[:, known] = np.asarray(dd)
     delta_sd = np.zeros_like(law)
+    low = high = None
     if discrepancy and fit.discrepancy is not None:
         d = fit.discrepancy
         if d.tau.shape[0] != s_draws:
             d = d.take(np.arange(s_draws) % d.tau.shape[0])
         delta_sd = d.sd(obs.run_budget[obs.run], obs.group)
-    return PredictiveParts(law, shift, scale, df, delta_sd)
+        if np.any(delta_sd > 0):
+            low, high = monotone_bounds(fit, obs, law)
+    return PredictiveParts(law, shift, scale, df, delta_sd, low, high)
+
+
+def monotone_bounds(
+    fit: LawFit, obs: Observations, law: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(S, N)`` least and greatest discrepancy per draw: more tokens of a mixture never raise
+    the expected loss.
+
+    At a budget ``D`` above language ``i``'s fitted range ``[lo_i, hi_i]`` (the discrepancy's
+    range; ``D`` the run's budget, as for its sd) the draw's curve may not exceed its value at
+    ``hi_i`` for that mixture; below the range it may not fall under its value at ``lo_i``. The
+    curve is the law plus the discrepancy, and the discrepancy's bend already moves the curve at
+    the edge by a share ``q`` of its value at ``D`` (the chord's edge error,
+    :func:`~climb_bayes.model.discrepancy.edge_fraction`): ``law(D) + delta <= law(hi) + q delta``,
+    i.e. ``delta <= (law(hi) - law(D)) / (1 - q)``. Inside the range, where the discrepancy is
+    0, the bounds are 0. The law itself is never moved (a bound is at least 0 above the range,
+    at most 0 below it). Run effects and noise are added after the bound: an observed point may
+    still lie above a smaller budget's.
+
+    Why: the discrepancy's sd grows as ``x (x + W)`` with the distance ``x`` in ``log D``
+    (:mod:`climb_bayes.model.discrepancy`), a bend that a fitted window cannot see. Far outside
+    the window that is a factor of several in either direction: on the shipped default data
+    (fitted 2.5e5-3e6 tokens) at 1e12 tokens the 90% predictive of one language's loss reached
+    38 nats per token, above the 8.3 of a uniform guess over the vocabulary, and the expected
+    loss that ``optimize`` minimises was ~1.5e4 nats. A loss curve of one mixture that rises
+    with more training is outside every law here, so its upper tail is cut at the loss the law
+    already predicts at the largest fitted budget. Measured in docs/model.md ("More tokens do
+    not raise the loss").
+
+    Parameters
+    ----------
+    fit : LawFit
+        A fitted law with a discrepancy.
+    obs : Observations
+        Where to predict.
+    law : numpy.ndarray
+        ``(S, N)`` the law at ``obs`` (:meth:`LawFit.predict_obs`).
+
+    Returns
+    -------
+    (low, high) : tuple of numpy.ndarray
+        ``(S, N)`` each; ``-inf`` / ``+inf`` where no bound applies.
+    """
+    d = fit.discrepancy
+    budget = obs.run_budget[obs.run]
+    stretch = 1.0 / (1.0 - d.edge_fraction(budget, obs.group))  # (N,)
+    low = np.full_like(law, -np.inf)
+    high = np.full_like(law, np.inf)
+    for edge, beyond, out, clip in (
+        (d.hi, budget > d.hi[obs.group], high, np.maximum),
+        (d.lo, budget < d.lo[obs.group], low, np.minimum),
+    ):
+        if beyond.any():
+            part = obs.select(beyond)
+            at_edge = fit.predict_obs(replace(part, tokens=edge[part.group].astype(float)))
+            out[:, beyond] = clip(at_edge - law[:, beyond], 0.0) * stretch[beyond]
+    return low, high
+
+
+def _discrepancy_draws(
+    fit: LawFit, obs: Observations, parts: PredictiveParts, idx: np.ndarray, rng
+) -> np.ndarray:
+    """``(len(idx), N)`` discrepancy draws paired with posterior draws ``idx``, within the
+    bounds of :func:`monotone_bounds`."""
+    d = fit.discrepancy
+    delta = d.take(idx % d.tau.shape[0]).sample(rng, obs.run_budget[obs.run], obs.group, obs.r)
+    if parts.delta_high is None:
+        return delta
+    return np.clip(delta, parts.delta_low[idx], parts.delta_high[idx])
 
 
 def _noise_draws(rng: np.random.Generator, df: np.ndarray) -> np.ndarray:
@@ -213,9 +294,7 @@ def predictive_samples(
     rng = np.random.default_rng(seed)
     out = parts.centre[idx] + parts.scale[idx] * _noise_draws(rng, parts.df[idx])
     if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
-        d = fit.discrepancy
-        d = d.take(idx % d.tau.shape[0])
-        out = out + d.sample(rng, obs.run_budget[obs.run], obs.group, obs.r)
+        out = out + _discrepancy_draws(fit, obs, parts, idx, rng)
     return out
 
 
@@ -238,9 +317,8 @@ def log_predictive_density(
     s = parts.law.shape[0]
     delta = np.zeros_like(parts.law)
     if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
-        d = fit.discrepancy
-        d = d.take(np.arange(s) % d.tau.shape[0])
-        delta = d.sample(np.random.default_rng(seed), obs.run_budget[obs.run], obs.group, obs.r)
+        rng = np.random.default_rng(seed)
+        delta = _discrepancy_draws(fit, obs, parts, np.arange(s), rng)
     z = (obs.log_loss[None, :] - parts.centre - delta) / parts.scale
     finite = np.isfinite(parts.df)
     dens = np.where(

@@ -70,6 +70,7 @@ __all__ = [
     "GROWTH_FORMS",
     "extrapolation_distance",
     "discrepancy_distance",
+    "edge_fraction",
     "DiscrepancyPrior",
     "DISCREPANCY_PRIORS",
     "discrepancy_prior",
@@ -121,6 +122,24 @@ def discrepancy_distance(
     if growth == "curvature":
         return x * (x + span)
     return np.where(x > 0, x * (x + span) + span**2 / 6.0, 0.0)
+
+
+def edge_fraction(
+    tokens: np.ndarray, lo: np.ndarray, hi: np.ndarray, growth: str = "chord"
+) -> np.ndarray:
+    """Share of the discrepancy at ``tokens`` that the bend already puts at the fitted edge.
+
+    Under the chord form the law's error at a distance ``x`` beyond the fitted window is
+    ``tau (x (x + W) + W^2/6)`` and just past the edge ``tau W^2/6``: one realisation of the
+    bend moves the true curve by ``q = (W^2/6) / g`` of its value at ``x`` there already
+    (:func:`climb_bayes.inference.predictive.monotone_bounds` compares the curve at ``x`` with
+    the curve at the edge). 0 inside the range and for the other growth forms (no edge term).
+    """
+    g = discrepancy_distance(tokens, lo, hi, growth)
+    if growth != "chord":
+        return np.zeros_like(g)
+    span = np.maximum(np.log(np.asarray(hi, float) / np.asarray(lo, float)), MIN_SPAN)
+    return np.where(g > 0, span**2 / 6.0 / np.where(g > 0, g, 1.0), 0.0)
 
 
 class DiscrepancyPrior(NamedTuple):
@@ -196,6 +215,11 @@ class Discrepancy(NamedTuple):
         """``(N,)`` factor ``g`` (:func:`discrepancy_distance`) of each observation."""
         group = np.asarray(group, dtype=np.int64)
         return discrepancy_distance(tokens, self.lo[group], self.hi[group], self.growth)
+
+    def edge_fraction(self, tokens: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """``(N,)`` :func:`edge_fraction` of each observation."""
+        group = np.asarray(group, dtype=np.int64)
+        return edge_fraction(tokens, self.lo[group], self.hi[group], self.growth)
 
     def distance_at(self, budget: float) -> np.ndarray:
         """``(m,)`` factor ``g`` of every language at a budget (tokens; scalar or ``(m,)``)."""

@@ -290,14 +290,27 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
 def test_predict_combine_option_names_the_rule(good_fit_path, capsys):
     from types import SimpleNamespace
 
+    import numpy as np
+
     from climb_bayes.cli._decide import predictive_line
 
     fits = {k: SimpleNamespace(discrepancy=None, method="nuts") for k in ("climb", "msl")}
-    ens = SimpleNamespace(weights={"climb": 0.6, "msl": 0.4}, fits=fits, lfo={}, weight_method="x")
+    unmeasured = lambda names: np.ones((len(names), len(names)))  # noqa: E731
+    ens = SimpleNamespace(
+        weights={"climb": 0.6, "msl": 0.4}, fits=fits, lfo={}, weight_method="x",
+        error_correlation=unmeasured,
+    )  # fmt: skip
     assert "average the laws' quantiles" in predictive_line(ens, "quantile")
+    ens.error_correlation = lambda names: np.array([[1.0, 0.3], [0.3, 1.0]])
+    line = predictive_line(ens, "quantile")  # the copula of LawEnsemble._combined
+    assert "average" not in line and "correlation of their leave-future-out errors" in line
+    assert "(climb~msl 0.30)" in line
     assert "mixture of the laws" in predictive_line(ens, "mixture")
     assert "quantiles" not in predictive_line(ens)  # optimize/suggest: decisions mix the laws
-    one = SimpleNamespace(weights={"climb": 1.0, "msl": 0.0}, fits=fits, lfo={}, weight_method="x")
+    one = SimpleNamespace(
+        weights={"climb": 1.0, "msl": 0.0}, fits=fits, lfo={}, weight_method="x",
+        error_correlation=unmeasured,
+    )  # fmt: skip
     assert "quantiles" not in predictive_line(one, "quantile")  # one law: nothing to combine
     code, _out, err = _run(
         ["predict", good_fit_path, "--budget", "1e11", "--combine", "mixture"], capsys

@@ -11,14 +11,22 @@ import climb_bayes  # noqa: F401
 from climb_bayes.data.design import algorithm1_design, holdout_design
 from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import runs_from_frame
+from climb_bayes.decisions.ensemble_decision import decision_draws, draw_losses
 from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
-from climb_bayes.inference.predictive import predictive_samples
+from climb_bayes.inference.predictive import (
+    draw_index,
+    log_predictive_density,
+    predictive_parts,
+    predictive_samples,
+    query_observations,
+)
 from climb_bayes.laws.base import FitOptions
 from climb_bayes.laws.registry import get_law
 from climb_bayes.model.discrepancy import (
     MIN_SPAN,
     Discrepancy,
     discrepancy_distance,
+    edge_fraction,
     extrapolation_distance,
 )
 from climb_bayes.model.simulate import example_params, simulate_runs
@@ -51,15 +59,20 @@ def _coverage(fit, test, discrepancy):
     return float(np.mean((test.log_loss >= lo) & (test.log_loss <= hi)))
 
 
-def test_discrepancy_keeps_coverage_where_the_law_bends(bent_world):
-    fit_obs, test = bent_world
-    ens = fit_ensemble(
-        fit_obs,
+@pytest.fixture(scope="module")
+def bent_ensemble(bent_world):
+    """CLIMB on the bent world's fitted runs, its discrepancy learned from two folds."""
+    return fit_ensemble(
+        bent_world[0],
         [get_law("climb")],
         FitOptions(seed=0, samples=400),
         EnsembleOptions(method="laplace", lfo="laplace", lfo_folds=2),
     )
-    climb = ens.fits["climb"]
+
+
+def test_discrepancy_keeps_coverage_where_the_law_bends(bent_world, bent_ensemble):
+    _, test = bent_world
+    climb = bent_ensemble.fits["climb"]
     assert climb.discrepancy.source == "lfo"
     old = _coverage(climb, test, discrepancy=False)
     new = _coverage(climb, test, discrepancy=True)
@@ -130,3 +143,58 @@ def test_a_discrepancy_stored_before_the_growth_form_reads_as_linear():
     old = discrepancy_from_tree(node)
     assert old.growth == "linear"
     assert np.allclose(old.distance_at(1e11), np.log(10.0))
+
+
+def test_more_tokens_never_raise_the_expected_loss(bent_ensemble):
+    """Far beyond the fit the discrepancy is cut where the loss would exceed the same draw's law
+    at the largest fitted budget: in ``predict``'s samples (exactly) and in the decision draws
+    (smoothly)."""
+    climb = bent_ensemble.fits["climb"]
+    d = climb.discrepancy
+    hi = float(d.hi.max())
+    assert np.all(d.hi == hi)  # one fitted range: one edge budget for every language
+    wild = replace(climb, discrepancy=d._replace(tau=d.tau * 20.0))
+    r = np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]])
+    far = query_observations(climb.groups, r, np.full(2, 1e16))
+    edge = climb.predict_obs(query_observations(climb.groups, r, np.full(2, hi)))  # (S, N)
+    parts = predictive_parts(wild, far, known_runs=False)
+    parts = parts._replace(scale=parts.scale * 1e-9)  # no run noise: law + discrepancy only
+    n = 3000
+    idx = draw_index(parts.law.shape[0], n, 0)
+    bounded = predictive_samples(wild, far, n, known_runs=False, parts=parts)
+    free = predictive_samples(
+        wild, far, n, known_runs=False, parts=parts._replace(delta_low=None, delta_high=None)
+    )
+    # the curve at the edge moves with the chord's edge share q of the bend (edge_fraction)
+    stretch = 1.0 / (1.0 - d.edge_fraction(far.run_budget[far.run], far.group))
+    assert np.all((stretch > 1.0) & (stretch < 1.01))  # 1e16 is far: the edge share is small
+    law = parts.law[idx]
+    cap = law + np.maximum(edge[idx] - law, 0.0) * stretch
+    assert np.mean(free > cap + 1e-6) > 0.2  # unbounded, the wild discrepancy often rises above
+    assert np.all(bounded <= cap + 1e-6)
+    # below the cap the draws are untouched
+    keep = free <= cap
+    np.testing.assert_allclose(bounded[keep], free[keep])
+    assert np.all(np.isfinite(log_predictive_density(wild, far, known_runs=False)))
+
+    ens = replace(bent_ensemble, fits={"climb": wild})
+    w = np.full(3, 1.0 / 3.0)
+    draws = decision_draws(ens, 1e16, 400, seed=1)
+    at_far = draw_losses(draws, r[0], w)
+    free_far = draw_losses([ld._replace(bounds=()) for ld in draws], r[0], w)
+    at_edge = draw_losses(decision_draws(ens, hi, 400, seed=1), r[0], w)  # no discrepancy there
+    assert np.all(at_far <= free_far * (1.0 + 1e-12))  # the smooth clip only lowers
+    assert free_far.max() > 10.0 * at_edge.max()  # unbounded, absurd losses
+    assert np.mean(at_far <= at_edge * 1.01) > 0.99
+    assert at_far.max() < 1.05 * at_edge.max()
+
+
+def test_edge_fraction_is_the_chords_edge_error_over_its_error_at_the_budget():
+    lo, hi = 1e9, 4e9
+    w = np.log(4.0)
+    x = np.log(3.0)
+    q = edge_fraction(np.array([2e9, 12e9]), lo, hi)
+    assert q[0] == 0.0  # inside the range: no discrepancy, no bound
+    np.testing.assert_allclose(q[1], (w**2 / 6.0) / (x * (x + w) + w**2 / 6.0))
+    assert np.all(edge_fraction(np.array([12e9, 1e13]), lo, hi, "curvature") == 0.0)
+    assert edge_fraction(np.array([1e13]), lo, hi)[0] < q[1]  # further out, a smaller share
