@@ -10,7 +10,8 @@ extrapolation discrepancy at the target budget:
 where ``delta_s,i(r) = x_i tau_s,i (sqrt(rho_s) a_s,i + sqrt(1 - rho_s) c_s,i(r))``
 (:mod:`climb_bayes.model.discrepancy`), bounded as in
 :func:`climb_bayes.inference.predictive.monotone_bounds` (beyond the fitted budgets the loss may
-not exceed the same draw's law at the largest fitted budget; a smooth clip of width
+not exceed the same draw's curve at the largest fitted budget: its law there plus the chord's
+edge share of the same bend; a smooth clip of width
 :data:`BOUND_SMOOTH`, so the solver keeps its derivatives), with the mixture-specific part ``c``
 drawn as a smooth random function of ``r`` by random Fourier features (``N_FEATURES`` cosines
 with frequencies ``N(0, I / l^2)``, the spectral density of the squared-exponential kernel), so

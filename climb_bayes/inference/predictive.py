@@ -218,8 +218,8 @@ def monotone_bounds(
     (fitted 2.5e5-3e6 tokens) at 1e12 tokens the 90% predictive of one language's loss reached
     38 nats per token, above the 8.3 of a uniform guess over the vocabulary, and the expected
     loss that ``optimize`` minimises was ~1.5e4 nats. A loss curve of one mixture that rises
-    with more training is outside every law here, so its upper tail is cut at the loss the law
-    already predicts at the largest fitted budget. Measured in docs/model.md ("More tokens do
+    with more training is outside every law here, so its upper tail is cut at the draw's own
+    curve at the largest fitted budget. Measured in docs/model.md ("More tokens do
     not raise the loss").
 
     Parameters

@@ -69,6 +69,7 @@ __all__ = [
     "MIN_SPAN",
     "GROWTH_FORMS",
     "extrapolation_distance",
+    "fitted_width",
     "discrepancy_distance",
     "edge_fraction",
     "DiscrepancyPrior",
@@ -104,6 +105,11 @@ GROWTH_FORMS = ("chord", "curvature", "linear")
 ``x (x + W)`` (fits stored before 2026-11-26) or ``x`` (fits stored before the bend term)."""
 
 
+def fitted_width(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Width ``W`` of a fitted budget range in natural-log ``D``, at least :data:`MIN_SPAN`."""
+    return np.maximum(np.log(np.asarray(hi, float) / np.asarray(lo, float)), MIN_SPAN)
+
+
 def discrepancy_distance(
     tokens: np.ndarray, lo: np.ndarray, hi: np.ndarray, growth: str = "chord"
 ) -> np.ndarray:
@@ -118,7 +124,7 @@ def discrepancy_distance(
     x = extrapolation_distance(tokens, lo, hi)
     if growth == "linear":
         return x
-    span = np.maximum(np.log(np.asarray(hi, float) / np.asarray(lo, float)), MIN_SPAN)
+    span = fitted_width(lo, hi)
     if growth == "curvature":
         return x * (x + span)
     return np.where(x > 0, x * (x + span) + span**2 / 6.0, 0.0)
@@ -138,7 +144,7 @@ def edge_fraction(
     g = discrepancy_distance(tokens, lo, hi, growth)
     if growth != "chord":
         return np.zeros_like(g)
-    span = np.maximum(np.log(np.asarray(hi, float) / np.asarray(lo, float)), MIN_SPAN)
+    span = fitted_width(lo, hi)
     return np.where(g > 0, span**2 / 6.0 / np.where(g > 0, g, 1.0), 0.0)
 
 
