@@ -1,6 +1,6 @@
 """Click options and reading shared by the commands that take a runs table (``fit``,
 ``evaluate``): the kept tail of each curve, tail averaging, renormalisation, a group subset,
-and MSL's families file."""
+runs left out by an expression, and MSL's families file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 
 import click
 
-__all__ = ["runs_table_options", "families_option", "FAMILIES_HELP", "read_runs_table"]
+__all__ = [
+    "runs_table_options",
+    "families_option",
+    "FAMILIES_HELP",
+    "read_runs_table",
+    "exclude_option",
+    "exclude_runs",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,3 +90,24 @@ def read_runs_table(
         languages=langs,
         tail_average=tail_average,
     )
+
+
+def exclude_option(help_text: str) -> Callable[[F], F]:
+    """``--exclude EXPR``: runs left out by an expression of :mod:`climb_bayes.data.holdout`."""
+    return click.option("--exclude", "exclude_expr", default=None, metavar="EXPR", help=help_text)
+
+
+def exclude_runs(runs: Any, expr: str | None, echo: Callable[[str], None]) -> tuple[Any, list[str]]:
+    """Drop the runs ``expr`` selects (``--exclude``); returns the kept runs and the dropped ids.
+
+    Raises :class:`climb_bayes.errors.ClimbError` (exit 2) naming the expression when it cannot
+    be parsed or selects every run.
+    """
+    if expr is None:
+        return runs, []
+    from climb_bayes.data.holdout import exclude_mask
+
+    drop = exclude_mask(runs, expr)
+    excluded = [r for r, d in zip(runs.run_ids, drop, strict=True) if d]
+    echo(f"excluded (--exclude {expr!r}): {len(excluded)} runs")
+    return runs.subset_runs(~drop), excluded

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import click
 
-from climb_bayes.cli._runs_table import families_option, read_runs_table, runs_table_options
+from climb_bayes.cli._runs_table import (
+    exclude_option,
+    exclude_runs,
+    families_option,
+    read_runs_table,
+    runs_table_options,
+)
 
 __all__ = ["evaluate"]
 
@@ -43,13 +49,9 @@ def _echo(msg: str) -> None:
     metavar="K",
     help="Hold out all runs of K random mixtures (see --seed).",
 )
-@click.option(
-    "--exclude",
-    "exclude_expr",
-    default=None,
-    metavar="EXPR",
-    help="Leave runs out of both fitting and scoring (same language as --holdout), e.g. "
-    "'run_id~broken or tokens<1e5'.",
+@exclude_option(
+    "Leave runs out of both fitting and scoring (same language as --holdout), e.g. "
+    "'run_id~broken or tokens<1e5'."
 )
 @click.option(
     "--lfo",
@@ -166,12 +168,7 @@ def evaluate(
     """
     import numpy as np
 
-    from climb_bayes.data.holdout import (
-        exclude_mask,
-        holdout_mask,
-        random_mixtures_mask,
-        runs_file_mask,
-    )
+    from climb_bayes.data.holdout import holdout_mask, random_mixtures_mask, runs_file_mask
     from climb_bayes.data.observations import Observations
     from climb_bayes.errors import ClimbError
     from climb_bayes.evaluation.holdout_scores import evaluate_laws as run_evaluation
@@ -206,12 +203,7 @@ def evaluate(
     laws = parse_laws(laws_spec, families=family_choice.mapping)
     if any(law.name == "msl" for law in laws):
         _echo(describe_families(family_choice, runs.languages))
-    excluded: list[str] = []
-    if exclude_expr is not None:
-        drop = exclude_mask(runs, exclude_expr)
-        excluded = [r for r, d in zip(runs.run_ids, drop, strict=True) if d]
-        _echo(f"excluded (--exclude {exclude_expr!r}): {len(excluded)} runs")
-        runs = runs.subset_runs(~drop)
+    runs, excluded = exclude_runs(runs, exclude_expr, _echo)
     options = FitOptions(
         seed=seed,
         n_starts=n_starts,

@@ -15,7 +15,13 @@ from climb_bayes.cli._decide import (
     render_table,
     strict_option,
 )
-from climb_bayes.cli._runs_table import families_option, read_runs_table, runs_table_options
+from climb_bayes.cli._runs_table import (
+    exclude_option,
+    exclude_runs,
+    families_option,
+    read_runs_table,
+    runs_table_options,
+)
 from climb_bayes.data.datasets import DATASETS
 
 __all__ = ["fit", "summary"]
@@ -101,6 +107,11 @@ def _echo(msg: str) -> None:
     help="Partial pooling of the transfer matrix b.",
 )
 @runs_table_options("Comma-separated subset of languages to fit.")
+@exclude_option(
+    "Leave out the runs this expression selects (fields tokens, run_id, r_<group>; "
+    "and/or/not; docs/evaluate.md), e.g. 'tokens>1.6e10' to fit the early checkpoints only, "
+    "or 'run_id~holdout'. Recorded in the fit's data label."
+)
 @click.option(
     "--dataset",
     type=click.Choice(list(DATASETS)),
@@ -158,6 +169,7 @@ def fit(
     tail_average,
     renormalize,
     languages,
+    exclude_expr,
     dataset,
     laws_spec,
     lfo,
@@ -191,6 +203,10 @@ def fit(
         renormalize=renormalize,
         languages=languages,
     )
+    runs, excluded = exclude_runs(runs, exclude_expr, _echo)
+    if excluded:
+        note = f"{len(excluded)} runs excluded by --exclude {exclude_expr!r}"
+        label = f"{label}; {note}" if label else note
     _echo(runs.summary())
     priors = load_priors(
         priors_file, likelihood=likelihood, hierarchical_transfer=hierarchical_transfer

@@ -17,6 +17,7 @@ from climb_bayes.decisions.mixtures import read_mixtures_file
 from climb_bayes.evaluation.holdout_scores import EvalRow, format_table
 from climb_bayes.inference.convergence import fit_gate, law_problems
 from climb_bayes.inference.diagnostics import Diagnostics
+from climb_bayes.inference.fitresult import load_fit
 from climb_bayes.inference.fitting import fit_runs
 
 BAD = Diagnostics(
@@ -231,6 +232,30 @@ def test_evaluate_exclude_leaves_runs_out_of_fit_and_score(sim_frame3, tmp_path,
         ["evaluate", path, "--holdout-mixtures", "2", "--exclude", "tokens>0"], capsys
     )
     assert code == 2 and "excludes every run" in err
+
+
+def test_fit_exclude_fits_the_kept_runs_and_records_it(sim_frame3, tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    sim_frame3.to_csv(path, index=False)
+    runs = runs_from_frame(sim_frame3)
+    n_small = int((np.asarray(runs.run_budgets) < 1e10).sum())
+    assert 0 < n_small < runs.n_runs
+    out = tmp_path / "fit.nc"
+    code, text, err = _run(
+        ["fit", path, "--method", "map", "--laws", "climb", "--exclude", "tokens<1e10", "-o", out],
+        capsys,
+    )
+    assert code == 0, err
+    assert f"excluded (--exclude 'tokens<1e10'): {n_small} runs" in err
+    fitted = load_fit(out)
+    assert fitted.runs.n_runs == runs.n_runs - n_small
+    assert np.asarray(fitted.runs.run_budgets).min() >= 1e10
+    assert f"{n_small} runs excluded by --exclude 'tokens<1e10'" in fitted.attrs["data_label"]
+    assert f"data: {n_small} runs excluded" in text
+    code, _t, err = _run(["fit", path, "--method", "map", "--exclude", "tokens>0"], capsys)
+    assert code == 2 and "excludes every run" in err and "Traceback" not in err
+    code, _t, err = _run(["fit", path, "--method", "map", "--exclude", "tokens<<3"], capsys)
+    assert code == 2 and "tokens<<3" in err and "Traceback" not in err
 
 
 # -- table widths ---------------------------------------------------------------------------
