@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         test = obs.select(test_sel & ~obs.zero_share)
         for law in parse_laws(args.laws):
             t0 = time.perf_counter()
+            print(f"{name}: {law.name} (laplace) ...", file=sys.stderr, flush=True)
             law = law.prepare(train)
             fit = law.fit(train, "laplace", FitOptions(n_starts=2, seed=0))
             centre_train = np.median(fit.predict_obs(train), axis=0)
