@@ -39,9 +39,8 @@ def level_means(obs, centre: np.ndarray, group: int) -> tuple[np.ndarray, np.nda
     sel = obs.group == group
     resid = np.log(obs.loss[sel]) - centre[sel]
     x = np.log(obs.tokens[sel])
-    levels = np.unique(np.round(x, 6))
-    means = np.array([resid[np.isclose(x, v, atol=1e-6)].mean() for v in levels])
-    return levels, means
+    levels, level = np.unique(np.round(x, 6), return_inverse=True)
+    return levels, np.bincount(level, resid) / np.bincount(level)
 
 
 def shock_sd(levels: list[np.ndarray], means: list[np.ndarray]) -> float:
