@@ -159,6 +159,14 @@ def extrapolation_splits(data: Path, sizes: tuple[str, ...]) -> list[tuple]:
     ]
 
 
+def score_pipeline(train, test, ens: EnsembleOptions, log=_log):
+    """The shipped predictive's four laws fitted on ``train`` (with the pipeline's fit settings
+    and ``ens``) and scored on ``test``: :func:`evaluate_extrapolation`'s result."""
+    laws = parse_laws("climb,msl,dml,isolated")
+    options = FitOptions(n_starts=2, seed=0, max_iter=1000, chains=2, warmup=500, samples=1000)
+    return evaluate_extrapolation(train, test, laws, options, ens, log=log)
+
+
 def run_pipeline(
     data: Path,
     method: str,
@@ -170,10 +178,16 @@ def run_pipeline(
     """Score the shipped predictive (discrepancy + stacking) on each 5Mix and RedPajama split
     (``sets``: only these; ``lfo``: how the inner leave-future-out folds are refitted)."""
     sections = []
-    laws = parse_laws("climb,msl,dml,isolated")
-    options = FitOptions(n_starts=2, seed=0, max_iter=1000, chains=2, warmup=500, samples=1000)
     ens = EnsembleOptions(method=method, lfo=lfo, correlate=correlate)
-    sizes = ("70M", "410M") if quick else ("70M", "160M", "305M", "410M")
+    all_sizes = ("70M", "160M", "305M", "410M")
+    if sets is None:
+        sizes = ("70M", "410M") if quick else all_sizes
+    else:
+        known = [f"{kind}-{size}" for kind in ("5mix", "rp") for size in all_sizes]
+        unknown = [s for s in sets if s not in known]
+        if unknown:
+            raise SystemExit(f"--sets: unknown set {', '.join(unknown)}; known: {', '.join(known)}")
+        sizes = tuple(size for size in all_sizes if any(s.endswith(f"-{size}") for s in sets))
     splits = [s for s in extrapolation_splits(data, sizes) if sets is None or s[0] in sets]
     summary = [
         "| set | cov50 [calibrated] | cov90 [calibrated] | MRE (x best single law) | "
@@ -185,7 +199,7 @@ def run_pipeline(
         print(f"pipeline {name} ({method}) ...", file=sys.stderr, flush=True)
         train = obs.select(fit_sel & ~obs.zero_share)
         test = obs.select(test_sel & ~obs.zero_share)
-        res = evaluate_extrapolation(train, test, laws, options, ens, log=_log)
+        res = score_pipeline(train, test, ens, log=_log)
         weights = ", ".join(f"{k} {v:.2f}" for k, v in res.folds[0]["weights"].items())
         how = method if lfo == "laplace" else f"{method}, folds {lfo}"
         sections += [
