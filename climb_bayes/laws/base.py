@@ -560,7 +560,8 @@ def _numpyro_model(
         run_scale = numpyro.sample(
             "sigma_run", dist.HalfNormal(priors.run_effect_scale).expand([m]).to_event(1)
         )
-        numpyro.sample("y", GroupedNoise(pred, scale, run_scale[group], run_group, df), obs=y)
+        noise = GroupedNoise(pred, scale, run_scale[group], run_group, df, df_key=group)
+        numpyro.sample("y", noise, obs=y)
         return
     noise = dist.Normal(pred, scale) if df is None else dist.StudentT(df, pred, scale)
     numpyro.sample("y", noise.to_event(1), obs=y)

@@ -464,7 +464,16 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         n = data.obs_log_loss.shape[0]
         group = np.arange(n) if data.obs_group is None else data.obs_group
         run_scale = sigma_run[data.obs_language]
-        noise = GroupedNoise(loc, scale, run_scale, group, df, data.obs_mask, data.n_groups)
+        noise = GroupedNoise(
+            loc,
+            scale,
+            run_scale,
+            group,
+            df,
+            data.obs_mask,
+            data.n_groups,
+            df_key=data.obs_language,
+        )
         numpyro.sample("log_loss", noise, obs=y)
         return
     if priors.likelihood == "normal":

@@ -72,6 +72,9 @@ __all__ = [
     "df_prior",
     "draw_df_prior",
     "group_df",
+    "SegmentLayout",
+    "segment_layout",
+    "student_log_norm",
     "DF_PRIOR",
     "DF_MIN",
     "LEARNED_DF_START",
@@ -206,7 +209,13 @@ def group_stats(
     )
 
 
-def group_log_density(stats: GroupStats, s: jax.Array, t: jax.Array, df: float | None) -> jax.Array:
+def group_log_density(
+    stats: GroupStats,
+    s: jax.Array,
+    t: jax.Array,
+    df: float | None,
+    log_norm: jax.Array | None = None,
+) -> jax.Array:
     """Log density of each group's residual vector (0 for empty groups).
 
     Parameters
@@ -218,6 +227,8 @@ def group_log_density(stats: GroupStats, s: jax.Array, t: jax.Array, df: float |
     df : float, array (..., n_segments) or None
         Degrees of freedom of the multivariate Student-t (per group when learned, see
         :func:`group_df`); ``None`` for the Normal.
+    log_norm : array (..., n_segments), optional
+        :func:`student_log_norm` of each group when computed already (:class:`SegmentLayout`).
 
     Returns
     -------
@@ -237,14 +248,67 @@ def group_log_density(stats: GroupStats, s: jax.Array, t: jax.Array, df: float |
     if df is None:
         out = -0.5 * (delta + logdet + n * jnp.log(2.0 * jnp.pi))
     else:
-        out = (
-            gammaln(0.5 * (df + n))
-            - gammaln(0.5 * df)
-            - 0.5 * n * jnp.log(df * jnp.pi)
-            - 0.5 * logdet
-            - 0.5 * (df + n) * jnp.log1p(delta / df)
-        )
+        norm = student_log_norm(df, n) if log_norm is None else log_norm
+        out = norm - 0.5 * logdet - 0.5 * (df + n) * jnp.log1p(delta / df)
     return jnp.where(n > 0, out, 0.0)
+
+
+def student_log_norm(df: jax.Array, n: jax.Array) -> jax.Array:
+    """``log Gamma((df + n) / 2) - log Gamma(df / 2) - n/2 log(df pi)``: the part of an
+    ``n``-variate Student-t log density that depends on neither the point nor the scale matrix.
+
+    References
+    ----------
+    .. [1] Kotz & Nadarajah (2004), Eq. (1.1).
+    """
+    return gammaln(0.5 * (df + n)) - gammaln(0.5 * df) - 0.5 * n * jnp.log(df * jnp.pi)
+
+
+class SegmentLayout(NamedTuple):
+    """Where the group segments of concrete ids sit (NumPy, fixed when the model is traced).
+
+    Scales and degrees of freedom are constant within a group, so a segment's value is any
+    member's (a gather) instead of a mean over it (three segment sums), and the Student-t
+    normaliser :func:`student_log_norm` depends on a segment only through its size and its
+    degrees of freedom: it is evaluated once per distinct (``df_key``, size) pair and gathered.
+    Measured on the default data (645 observations in 215 run groups of 5 languages, learned
+    ``df``; one ``value_and_grad`` of the CLIMB potential in a compiled loop, 2-core AMD EPYC,
+    2026-11-29): the ``gammaln`` terms were 30 of 105 us per gradient.
+    """
+
+    member: np.ndarray  # (n_segments,) one observation of each segment (0 for an empty one)
+    size: np.ndarray  # (n_segments,) observations in the segment (float)
+    pair_member: np.ndarray | None  # (U,) one observation of each distinct (df_key, size)
+    pair_size: np.ndarray | None  # (U,) its size
+    pair_index: np.ndarray | None  # (n_segments,) each segment's pair
+
+
+def segment_layout(
+    group: object, weight: object, n_segments: int, df_key: object = None
+) -> SegmentLayout | None:
+    """:class:`SegmentLayout` of ``group`` (and ``weight``, 0/1) when both are concrete; ``None``
+    under a JAX trace. ``df_key`` (``(N,)`` ints, e.g. the language of each observation) names
+    the observations that share a degrees-of-freedom value; without it no pairs are formed."""
+    if any(isinstance(a, jax.core.Tracer) for a in (group, weight, df_key)):
+        return None
+    ids = np.asarray(group, dtype=np.int64)
+    keep = np.ones(ids.shape, bool) if weight is None else np.asarray(weight).astype(bool)
+    if ids.ndim != 1 or keep.shape != ids.shape:
+        return None
+    size = np.bincount(ids[keep], minlength=n_segments)[:n_segments].astype(float)
+    member = np.zeros(n_segments, dtype=np.int64)
+    rows = np.flatnonzero(keep)
+    member[ids[rows[::-1]]] = rows[::-1]  # the first kept observation of each segment
+    if df_key is None:
+        return SegmentLayout(member, size, None, None, None)
+    key = np.asarray(df_key, dtype=np.int64)[member]
+    pairs, first, index = np.unique(
+        np.stack([key, size.astype(np.int64)], axis=1),
+        axis=0,
+        return_index=True,
+        return_inverse=True,
+    )
+    return SegmentLayout(member, size, member[first], pairs[:, 1].astype(float), index.ravel())
 
 
 def conditional_moments(
@@ -298,6 +362,10 @@ class GroupedNoise(dist.Distribution):
     n_groups : int, optional
         Number of group segments (every id below it); by default :func:`group_count` of
         ``group``, or ``N`` when the ids are traced. Stored as :attr:`n_groups`, always an int.
+    df_key : array of int (N,), optional
+        Which observations share a degrees-of-freedom value (the language of each); with
+        concrete ``group`` and ``mask`` the Student-t normaliser is then evaluated once per
+        distinct (key, group size) (:class:`SegmentLayout`). The density is the same.
     """
 
     arg_constraints = {
@@ -318,6 +386,7 @@ class GroupedNoise(dist.Distribution):
         mask: jax.Array | None = None,
         n_groups: int | None = None,
         *,
+        df_key: np.ndarray | None = None,
         validate_args: bool | None = None,
     ) -> None:
         self.loc = jnp.asarray(loc)
@@ -330,25 +399,43 @@ class GroupedNoise(dist.Distribution):
         self.group = jnp.asarray(group)
         self.df = df
         self.weight = None if mask is None else jnp.asarray(mask)
+        learned = df is not None and jnp.ndim(df) > 0
+        self.layout = segment_layout(group, mask, self.n_groups, df_key if learned else None)
         super().__init__(
             batch_shape=self.loc.shape[:-1], event_shape=(n,), validate_args=validate_args
         )
 
-    def _group_scales(self) -> tuple[jax.Array, jax.Array]:
-        return segment_means(
-            (self.scale, self.run_scale), self.group, self.weight, 1.0, self.n_groups
-        )
-
     def group_log_prob(self, value: jax.Array) -> jax.Array:
         """Log density per group id (``(n_groups,)``; 0 where a group id is unused)."""
-        stats = group_stats(value - self.loc, self.group, self.weight, self.n_groups)
-        s, t = self._group_scales()
-        df = self.df
-        if df is not None and jnp.ndim(df) > 0:
-            df = group_df(
-                jnp.broadcast_to(df, self.loc.shape), self.group, self.weight, self.n_groups
+        layout = self.layout
+        learned = self.df is not None and jnp.ndim(self.df) > 0
+        df = jnp.broadcast_to(self.df, self.loc.shape) if learned else self.df
+        if layout is None:  # traced ids or mask: segment means
+            stats = group_stats(value - self.loc, self.group, self.weight, self.n_groups)
+            s, t = segment_means(
+                (self.scale, self.run_scale), self.group, self.weight, 1.0, self.n_groups
             )
-        return group_log_density(stats, s, t, df)
+            if learned:
+                df = group_df(df, self.group, self.weight, self.n_groups)
+            return group_log_density(stats, s, t, df)
+        # concrete ids: every per-group value is a member's (constant within a group)
+        w = None if self.weight is None else self.weight.astype(value.dtype)
+        resid = value - self.loc if w is None else (value - self.loc) * w
+        stats = GroupStats(
+            jnp.asarray(layout.size, value.dtype),
+            jax.ops.segment_sum(resid, self.group, num_segments=self.n_groups),
+            jax.ops.segment_sum(resid * (value - self.loc), self.group, num_segments=self.n_groups),
+        )
+        s, t = self.scale[..., layout.member], self.run_scale[..., layout.member]
+        log_norm = None
+        if learned and layout.pair_member is not None:
+            df_pair = df[..., layout.pair_member]
+            size = jnp.asarray(layout.pair_size, df_pair.dtype)  # keep float32 blocks float32
+            log_norm = student_log_norm(df_pair, size)[..., layout.pair_index]
+            df = df_pair[..., layout.pair_index]
+        elif learned:
+            df = df[..., layout.member]
+        return group_log_density(stats, s, t, df, log_norm)
 
     def log_prob(self, value: jax.Array) -> jax.Array:
         return jnp.sum(self.group_log_prob(value), axis=-1)

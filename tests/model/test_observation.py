@@ -157,6 +157,50 @@ def test_per_observation_df_gives_each_group_its_own_multivariate_t():
     assert float(const.log_prob(y)) == pytest.approx(float(fixed.log_prob(y)), rel=1e-12)
 
 
+def test_df_key_evaluates_the_normaliser_per_distinct_pair_with_the_same_density():
+    """Groups of one language share a df: with ``df_key`` the Student-t normaliser is evaluated
+    once per (language, group size) and gathered, scales and df are gathered from a member;
+    the density equals the dense multivariate t and the segment-mean path (traced mask), a
+    masked point included, and so do the gradients."""
+    group = np.array([0, 0, 0, 1, 1, 1, 2, 2, 4, 4, 4, 5])
+    lang = np.array([0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0])
+    mask = np.ones(group.size, bool)
+    mask[4] = False  # group 1 keeps 2 of its 3 points
+    dfs, sig, sr = np.array([3.0, 11.0]), np.array([0.04, 0.07]), np.array([0.09, 0.05])
+    rng = np.random.default_rng(3)
+    loc = rng.normal(size=group.size)
+    y = loc + 0.1 * rng.normal(size=group.size)
+    expected = 0.0
+    for g in np.unique(group):
+        idx = (group == g) & mask
+        n, k = idx.sum(), lang[idx][0]
+        cov = sig[k] ** 2 * np.eye(n) + sr[k] ** 2 * np.ones((n, n))
+        expected += stats.multivariate_t(loc[idx], cov, df=dfs[k]).logpdf(y[idx])
+
+    def density(df, loc, keyed):
+        d = GroupedNoise(
+            loc, sig[lang], sr[lang], group, df[lang], mask, df_key=lang if keyed else None
+        )
+        return d.log_prob(jnp.asarray(y))
+
+    keyed = GroupedNoise(loc, sig[lang], sr[lang], group, dfs[lang], mask, df_key=lang)
+    # (language, size): (0, 3), (0, 2), (0, 1), (1, 2), (1, 3), and the unused id 3 (size 0)
+    assert keyed.layout is not None and sorted(keyed.layout.pair_size) == [0, 1, 2, 2, 3, 3]
+    for flag in (True, False):
+        assert float(density(dfs, loc, flag)) == pytest.approx(expected, rel=1e-10)
+
+    @jax.jit
+    def traced_mask(m):  # a traced mask: no layout, the segment means
+        d = GroupedNoise(loc, sig[lang], sr[lang], group, dfs[lang], m, df_key=lang)
+        assert d.layout is None
+        return d.log_prob(jnp.asarray(y))
+
+    assert float(traced_mask(mask)) == pytest.approx(expected, rel=1e-10)
+    grads = [jax.grad(density, argnums=(0, 1))(dfs, loc, flag) for flag in (True, False)]
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+
+
 def test_noise_draws_use_each_groups_df():
     """Per-observation df arrays: a constant array draws exactly what the scalar draws, and a
     group with df 2.5 has a much heavier tail than one with df 200 (same scales)."""
