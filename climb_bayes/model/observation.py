@@ -273,7 +273,8 @@ class SegmentLayout(NamedTuple):
     degrees of freedom: it is evaluated once per distinct (``df_key``, size) pair and gathered.
     Measured on the default data (645 observations in 215 run groups of 5 languages, learned
     ``df``; one ``value_and_grad`` of the CLIMB potential in a compiled loop, 2-core AMD EPYC,
-    2026-11-29): the ``gammaln`` terms were 30 of 105 us per gradient.
+    2026-11-29): the ``gammaln`` terms were about 30 of 105-123 us per gradient, 70 us with the
+    layout (the default fit 108 -> 83 s with the compilation cache; docs/performance.md).
     """
 
     member: np.ndarray  # (n_segments,) one observation of each segment (0 for an empty one)
