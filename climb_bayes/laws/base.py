@@ -59,6 +59,7 @@ from climb_bayes.model.discrepancy import Discrepancy
 from climb_bayes.model.observation import (
     LEARNED_DF_START,
     GroupedNoise,
+    KeyedStudentT,
     df_prior,
     identifiable_noise,
 )
@@ -555,7 +556,8 @@ def _numpyro_model(
     scale = sigma[group]
     df = priors.fixed_df
     if priors.learned_df:
-        df = numpyro.sample("df", df_prior().expand([m]).to_event(1))[group]
+        df_group = numpyro.sample("df", df_prior().expand([m]).to_event(1))
+        df = df_group[group]
     if priors.run_effect:
         run_scale = numpyro.sample(
             "sigma_run", dist.HalfNormal(priors.run_effect_scale).expand([m]).to_event(1)
@@ -563,7 +565,12 @@ def _numpyro_model(
         noise = GroupedNoise(pred, scale, run_scale[group], run_group, df, df_key=group)
         numpyro.sample("y", noise, obs=y)
         return
-    noise = dist.Normal(pred, scale) if df is None else dist.StudentT(df, pred, scale)
+    if df is None:
+        noise = dist.Normal(pred, scale)
+    elif priors.learned_df:  # the normaliser once per group
+        noise = KeyedStudentT(df_group, group, pred, scale)
+    else:
+        noise = dist.StudentT(df, pred, scale)
     numpyro.sample("y", noise.to_event(1), obs=y)
 
 

@@ -102,7 +102,7 @@ import numpyro.distributions as dist
 
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
-from climb_bayes.model.observation import GroupedNoise, df_prior, draw_df_prior
+from climb_bayes.model.observation import GroupedNoise, KeyedStudentT, df_prior, draw_df_prior
 from climb_bayes.model.power_coordinates import (
     POWER_SITES,
     power_coordinates,
@@ -478,6 +478,8 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         return
     if priors.likelihood == "normal":
         noise = dist.Normal(loc, scale)
+    elif priors.learned_df:  # the normaliser once per language
+        noise = KeyedStudentT(df_language, data.obs_language, loc, scale)
     else:
         noise = dist.StudentT(df, loc, scale)
     if data.obs_mask is not None:

@@ -75,6 +75,7 @@ __all__ = [
     "SegmentLayout",
     "segment_layout",
     "student_log_norm",
+    "KeyedStudentT",
     "DF_PRIOR",
     "DF_MIN",
     "LEARNED_DF_START",
@@ -456,6 +457,52 @@ class GroupedNoise(dist.Distribution):
             w = jax.random.gamma(k_w, 0.5 * df, shape) / (0.5 * df)
             z = z / jnp.sqrt(w[..., self.group])
         return self.loc + z
+
+
+class KeyedStudentT(dist.StudentT):
+    """Independent Student-t points whose degrees of freedom take a few values, one per key.
+
+    The same density as ``StudentT(df_values[key], loc, scale)``, with the normaliser
+    :func:`student_log_norm` evaluated once per key instead of once per point (``StudentT``'s
+    ``gammaln`` pair per observation dominated the gradient of one-point-per-run tables, where
+    the run effect is off: RegMix's 3,947 final losses against 13 domains).
+
+    Parameters
+    ----------
+    df_values : array (K,)
+        Degrees of freedom of each key (> 0).
+    key : array of int (N,)
+        The key of each point (e.g. its language), ``0 <= key < K``.
+    loc, scale : array (N,)
+        Location and scale per point (log-loss units).
+    """
+
+    pytree_data_fields = ("df_values", "key")
+
+    def __init__(
+        self,
+        df_values: jax.Array,
+        key: np.ndarray,
+        loc: jax.Array,
+        scale: jax.Array,
+        *,
+        validate_args: bool | None = None,
+    ) -> None:
+        self.df_values = jnp.asarray(df_values)
+        self.key = jnp.asarray(key)
+        super().__init__(self._per_point(self.df_values), loc, scale, validate_args=validate_args)
+
+    def _per_point(self, per_key: jax.Array) -> jax.Array:
+        """``per_key[..., key]`` for batched values and keys alike (a ``vmap`` batches both)."""
+        shape = jnp.broadcast_shapes(per_key.shape[:-1], self.key.shape[:-1])
+        values = jnp.broadcast_to(per_key, shape + per_key.shape[-1:])
+        keys = jnp.broadcast_to(self.key, shape + self.key.shape[-1:])
+        return jnp.take_along_axis(values, keys, axis=-1)
+
+    def log_prob(self, value: jax.Array) -> jax.Array:
+        z = (value - self.loc) / self.scale
+        norm = self._per_point(student_log_norm(self.df_values, 1.0))
+        return norm - jnp.log(self.scale) - 0.5 * (self.df + 1.0) * jnp.log1p(z**2 / self.df)
 
 
 def draw_noise(
