@@ -412,22 +412,17 @@ class GroupedNoise(dist.Distribution):
         layout = self.layout
         learned = self.df is not None and jnp.ndim(self.df) > 0
         df = jnp.broadcast_to(self.df, self.loc.shape) if learned else self.df
+        stats = group_stats(value - self.loc, self.group, self.weight, self.n_groups)
         if layout is None:  # traced ids or mask: segment means
-            stats = group_stats(value - self.loc, self.group, self.weight, self.n_groups)
             s, t = segment_means(
                 (self.scale, self.run_scale), self.group, self.weight, 1.0, self.n_groups
             )
             if learned:
                 df = group_df(df, self.group, self.weight, self.n_groups)
             return group_log_density(stats, s, t, df)
-        # concrete ids: every per-group value is a member's (constant within a group)
-        w = None if self.weight is None else self.weight.astype(value.dtype)
-        resid = value - self.loc if w is None else (value - self.loc) * w
-        stats = GroupStats(
-            jnp.asarray(layout.size, value.dtype),
-            jax.ops.segment_sum(resid, self.group, num_segments=self.n_groups),
-            jax.ops.segment_sum(resid * (value - self.loc), self.group, num_segments=self.n_groups),
-        )
+        # concrete ids: sizes are constants (the traced count is dead code) and every
+        # per-group value is a member's (constant within a group)
+        stats = stats._replace(n=jnp.asarray(layout.size, value.dtype))
         s, t = self.scale[..., layout.member], self.run_scale[..., layout.member]
         log_norm = None
         if learned and layout.pair_member is not None:
@@ -551,8 +546,7 @@ def draw_noise(
     if df is not None:
         df = np.asarray(df, dtype=float)
         if df.ndim:  # per observation (learned df) -> per group: any member's value
-            first = np.zeros(n_groups, dtype=np.int64)
-            first[group[::-1]] = np.arange(group.size)[::-1]
+            first = segment_layout(group, None, n_groups).member
             df = np.broadcast_to(df, shape)[..., first]
         w = rng.gamma(0.5 * df, 2.0 / df, shape[:-1] + (n_groups,))[..., group]
         z = z / np.sqrt(w)
