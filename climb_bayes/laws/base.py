@@ -732,18 +732,26 @@ def _mode_starts(
     ModeStarts
         Of all :data:`MODE_SEARCHES` searches (their potentials, modes and evidence).
     """
-    from numpyro.infer.util import unconstrain_fn
-
-    n = max(MODE_SEARCHES, chains)
     k_jitter, k_search, k_pick = jax.random.split(key, 3)
-    base = unconstrain_fn(model, args, {}, start)
-    jitter = {}
-    for name, z in site_normals(k_jitter, base, n).items():
-        z[0] = 0.0  # the first search starts from the point fit itself
-        jitter[name] = np.asarray(base[name], dtype=float)[None] + START_JITTER * z
+    jitter = _search_starts(model, args, start, max(MODE_SEARCHES, chains), k_jitter)
     found = mode_starts(model, args, start, jitter, key=k_search, dense=False)
     pick = evidence_picks(found, chains, k_pick)
     return {k: v[pick] for k, v in found.init_params.items()}, found
+
+
+def _search_starts(
+    model: Callable[..., None], args: tuple, start: dict[str, Any], n: int, key: jax.Array
+) -> dict[str, np.ndarray]:
+    """``n`` mode-search starts, ``(n, ...)`` unconstrained per site: ``start`` itself, then
+    copies jittered by :data:`START_JITTER`."""
+    from numpyro.infer.util import unconstrain_fn
+
+    base = unconstrain_fn(model, args, {}, start)
+    out = {}
+    for name, z in site_normals(key, base, n).items():
+        z[0] = 0.0
+        out[name] = np.asarray(base[name], dtype=float)[None] + START_JITTER * z
+    return out
 
 
 def _nuts_diagnostics(
@@ -790,11 +798,13 @@ def fit_laplace(
 ) -> LawFit:
     """Laplace approximation of any law's posterior (same model as :func:`fit_nuts`).
 
-    The mode of the posterior (priors included) from a short point fit's start, and
-    ``options.samples`` draws of the Gaussian around it (:mod:`climb_bayes.inference.laplace`):
+    The modes of the posterior (priors included) that searches from a short point fit's start
+    and from :data:`~climb_bayes.inference.laplace.LAPLACE_SEARCHES` - 1 copies of it jittered by
+    :data:`START_JITTER` reach, and ``options.samples`` draws of the Gaussians around them,
+    shared by Laplace evidence (:func:`climb_bayes.inference.laplace.laplace_posterior`):
     seconds where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
     """
-    from climb_bayes.inference.laplace import laplace_posterior
+    from climb_bayes.inference.laplace import LAPLACE_SEARCHES, laplace_modes, laplace_posterior
 
     options = options or FitOptions()
     log = log or (lambda _msg: None)
@@ -819,11 +829,19 @@ def fit_laplace(
         jnp.asarray(obs.log_loss),
     )
     t0 = time.perf_counter()
+    key_start, key = jax.random.split(jax.random.PRNGKey(options.seed))
+    # the first of the searches' starts is ``start`` itself, which laplace_posterior adds
+    starts = _search_starts(_numpyro_model, args, start, LAPLACE_SEARCHES, key_start)
     res = laplace_posterior(
-        _numpyro_model, args, start, key=jax.random.PRNGKey(options.seed), n_draws=options.samples
+        _numpyro_model,
+        args,
+        start,
+        key=key,
+        n_draws=options.samples,
+        starts={k: v[1:] for k, v in starts.items()},
     )
     seconds = time.perf_counter() - t0
-    log(f"{law.name}: Laplace fit in {seconds:.1f} s (potential {res.potential:.4g})")
+    log(f"{law.name}: Laplace fit in {seconds:.1f} s ({laplace_modes(res)})")
     draws = {k: res.samples[k] for k in law.param_specs(m)}
     return LawFit(
         law,

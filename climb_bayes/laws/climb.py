@@ -159,27 +159,30 @@ def _climb_laplace(
     options: FitOptions,
     log: Callable[[str], None] | None,
 ) -> LawFit:
-    """CLIMB's model (:func:`climb_bayes.model.climb_model.climb_model`) by Laplace approximation,
-    started at the prior centre (transfer off), as NUTS's chains are."""
-    from climb_bayes.inference.laplace import laplace_posterior
-    from climb_bayes.inference.nuts import prior_centre
+    """CLIMB's model (:func:`climb_bayes.model.climb_model.climb_model`) by Laplace approximation:
+    mode searches from the prior centre (transfer off) and from jittered copies of it, as NUTS's
+    chains start (:func:`climb_bayes.inference.nuts.chain_inits`)."""
+    from climb_bayes.inference.laplace import LAPLACE_SEARCHES, laplace_modes, laplace_posterior
+    from climb_bayes.inference.nuts import chain_inits, prior_centre
     from climb_bayes.model.climb_model import climb_model, model_data, sampler_coordinates
 
     data = model_data(runs, options.priors)
     start = sampler_coordinates(prior_centre(data, options.priors), data, options.priors)
+    key_start, key = jax.random.split(jax.random.PRNGKey(options.seed))
     res = laplace_posterior(
         climb_model,
         (data, options.priors),
         start,
-        key=jax.random.PRNGKey(options.seed),
+        key=key,
         n_draws=options.samples,
+        starts=chain_inits(key_start, data, options.priors, LAPLACE_SEARCHES - 1, start),
     )
     sm = res.samples
     params = to_reference_units(
         LawParams(sm["log_B"], sm["beta"], sm["log_E"], sm["b"], sm["k"], sm["eta"]), data.d_ref
     )
     if log:
-        log(f"climb: Laplace fit (potential {res.potential:.4g})")
+        log(f"climb: Laplace fit ({laplace_modes(res)})")
     return LawFit(
         law,
         usable.groups,

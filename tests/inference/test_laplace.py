@@ -128,3 +128,40 @@ def test_newton_polish_never_leaves_a_minimum_worse():
     assert res.success and np.allclose(res.x, 1.0, atol=1e-8)
     # one trust-region step (radius 1) from 4 away is not at the mode, and says so
     assert not newton_polish(bowl, np.array([5.0, -2.0, 0.5]), max_iter=1).success
+
+
+def _unequal_bumps() -> None:
+    """Two Gaussian bumps at x = (-3, -3) (sd 0.5, mass 3/4) and (3, 3) (sd 0.25, mass 1/4):
+    the narrower one has the higher peak (by a factor 4 x 1/3 = 4/3)."""
+    x = numpyro.sample("x", dist.Normal(0.0, 1e3).expand([2]).to_event(1))
+    each = jnp.stack([
+        jnp.log(0.75) + dist.Normal(-3.0, 0.5).log_prob(x).sum(-1),
+        jnp.log(0.25) + dist.Normal(3.0, 0.25).log_prob(x).sum(-1),
+    ])  # fmt: skip
+    numpyro.factor("bumps", logsumexp(each))
+
+
+def test_laplace_mixes_the_modes_its_searches_reach_by_their_evidence():
+    """From the left bump's side alone: the plain Laplace approximation there. With a start on
+    each side: draws at both bumps in proportion to their mass (3/4, 1/4), not to their
+    heights (the right bump's density peak is 4/3 times the left one's), each bump with its own
+    sd. A wrong weighting (by potential: 3/7, or equal: 1/2) fails the share test."""
+    one = laplace_posterior(
+        _unequal_bumps, (), {"x": np.array([-2.0, -2.0])}, key=jax.random.PRNGKey(0),
+        n_draws=2000,
+    )  # fmt: skip
+    assert one.mode_weights.size == 1 and np.all(one.samples["x"] < 0)
+    both = laplace_posterior(
+        _unequal_bumps, (), {"x": np.array([-2.0, -2.0])}, key=jax.random.PRNGKey(0),
+        n_draws=2000, starts={"x": np.array([[2.0, 2.5], [-3.5, -2.5]])},
+    )  # fmt: skip
+    x = both.samples["x"]
+    left = x[:, 0] < 0
+    np.testing.assert_allclose(both.mode_weights, [0.75, 0.25], atol=1e-6)
+    np.testing.assert_allclose(np.sort(both.mode_potentials), both.mode_potentials[::-1])
+    assert abs(left.mean() - 0.75) <= 1 / 2000  # systematic resampling: exact to one draw
+    np.testing.assert_allclose(x[left].mean(0), [-3, -3], atol=0.05)
+    np.testing.assert_allclose(x[~left].mean(0), [3, 3], atol=0.05)
+    np.testing.assert_allclose(x[left].std(0), [0.5, 0.5], rtol=0.08)
+    np.testing.assert_allclose(x[~left].std(0), [0.25, 0.25], rtol=0.08)
+    assert both.converged and both.potential == both.mode_potentials[0]
