@@ -86,8 +86,8 @@ class LaplaceResult(NamedTuple):
     potential: float
     converged: bool
     min_eigenvalue: float
-    mode_potentials: np.ndarray = np.zeros(1)
-    mode_weights: np.ndarray = np.ones(1)
+    mode_potentials: np.ndarray
+    mode_weights: np.ndarray
 
 
 LAPLACE_SEARCHES = 4
@@ -220,41 +220,64 @@ def laplace_posterior(
     ok = [p for p in polished if p is not None and np.isfinite(p.fun)]
     if not ok:  # every search failed: the single search's end point, as before
         ok = [newton_polish(potential, res.x)]
-    x = np.stack([p.x for p in ok])
     fun = np.array([float(p.fun) for p in ok])
-    hess = [0.5 * (p.hess + p.hess.T) for p in ok]
-    labels = _mode_labels(x, fun, hess)
-    modes = []  # (log evidence, polished result, eigh) of each mode's deepest search
+    # newton_polish returns the symmetrised Hessian
+    labels = _mode_labels(np.stack([p.x for p in ok]), fun, [p.hess for p in ok])
+    modes = []  # each mode's deepest search
     for j in range(labels.max() + 1):
-        best = min(np.flatnonzero(labels == j), key=lambda i: fun[i])
-        w, v, w_kept = _floored_eigh(hess[best])
-        modes.append((-fun[best] - 0.5 * np.sum(np.log(w_kept)), ok[best], (w, v, w_kept)))
+        best = ok[min(np.flatnonzero(labels == j), key=lambda i: fun[i])]
+        w, v, w_kept = _floored_eigh(best.hess)
+        modes.append(_Mode(_log_evidence(best.fun, w_kept), best, w, v, w_kept))
     # a search that did not end at a mode (saddle, flat floor) has no trustworthy evidence
-    if any(m[1].success for m in modes):
-        modes = [m for m in modes if m[1].success]
-    modes.sort(key=lambda m: -m[0])
-    log_ev = np.array([m[0] for m in modes])
-    weights = np.exp(log_ev - log_ev.max())
-    weights /= weights.sum()
-    u = (float(jax.random.uniform(k_pick)) + np.arange(n_draws)) / n_draws
-    pick = np.minimum(np.searchsorted(np.cumsum(weights), u, side="right"), len(modes) - 1)
+    if any(m.search.success for m in modes):
+        modes = [m for m in modes if m.search.success]
+    modes.sort(key=lambda m: -m.log_evidence)
+    log_ev = np.array([m.log_evidence for m in modes])
+    mass = np.exp(log_ev - log_ev.max())
+    pick = _systematic_resample(mass, n_draws, k_pick)
     eps = np.asarray(jax.random.normal(k_draw, (n_draws, z0.size)))
     z = np.empty((n_draws, z0.size))
-    for j, (_, mode, (_, v, w_kept)) in enumerate(modes):
+    for j, mode in enumerate(modes):
         sel = pick == j
-        root = v / np.sqrt(w_kept)[None, :]  # cov = root root^T
-        z[sel] = np.asarray(mode.x)[None, :] + eps[sel] @ root.T
+        root = mode.v / np.sqrt(mode.w_kept)[None, :]  # cov = root root^T
+        z[sel] = np.asarray(mode.search.x)[None, :] + eps[sel] @ root.T
     post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
-    top = modes[0][1]
+    top = modes[0]
     return LaplaceResult(
         samples,
-        float(top.fun),
-        bool(top.success),
-        float(modes[0][2][0].min()),
-        np.array([float(m[1].fun) for m in modes]),
-        weights,
+        float(top.search.fun),
+        bool(top.search.success),
+        float(top.w.min()),
+        np.array([float(m.search.fun) for m in modes]),
+        mass / mass.sum(),
     )
+
+
+class _Mode(NamedTuple):
+    """A mode of :func:`laplace_posterior`: its Laplace evidence, the polished search that
+    reached it (``x``, ``fun``, ``success``, ``hess``) and the floored eigen-decomposition of
+    its Hessian (:func:`_floored_eigh`)."""
+
+    log_evidence: float
+    search: Any
+    w: np.ndarray
+    v: np.ndarray
+    w_kept: np.ndarray
+
+
+def _log_evidence(potential: float, w_kept: np.ndarray) -> float:
+    """Laplace estimate of the log posterior mass around a mode, ``-U - log det(H) / 2`` up to
+    a constant shared by every mode of one model (``w_kept``: the floored Hessian eigenvalues)."""
+    return float(-potential - 0.5 * np.sum(np.log(w_kept)))
+
+
+def _systematic_resample(weights: np.ndarray, n: int, key: jax.Array) -> np.ndarray:
+    """``(n,)`` indices into ``weights`` (non-negative, not necessarily normalised) by systematic
+    resampling: index ``i`` is taken ``n w_i / sum(w)`` times, rounded up or down."""
+    cdf = np.cumsum(weights / weights.sum())
+    u = (float(jax.random.uniform(key)) + np.arange(n)) / n
+    return np.minimum(np.searchsorted(cdf, u, side="right"), weights.size - 1)
 
 
 START_CANDIDATES = 16
@@ -398,7 +421,7 @@ def mode_starts(
         hess_c = np.asarray(hessian(jnp.asarray(res.all_x[c])))
         precisions.append(0.5 * (hess_c + hess_c.T))
         _, v, w_kept = _floored_eigh(precisions[-1])
-        log_evidence[c] = -res.all_fun[c] - 0.5 * np.sum(np.log(w_kept))
+        log_evidence[c] = _log_evidence(res.all_fun[c], w_kept)
         cov = (v / w_kept[None, :]) @ v.T
         cov = 0.5 * (cov + cov.T)
         covs.append(cov)
@@ -462,9 +485,7 @@ def evidence_picks(found: ModeStarts, chains: int, key: jax.Array) -> np.ndarray
     count = np.bincount(labels[ok], minlength=best.size)
     mode_of = np.maximum(labels, 0)
     weight = np.where(ok, np.exp(best[mode_of] - best.max()) / count[mode_of], 0.0)
-    cdf = np.cumsum(weight / weight.sum())
-    u = (float(jax.random.uniform(key)) + np.arange(chains)) / chains
-    return np.minimum(np.searchsorted(cdf, u, side="right"), labels.size - 1)
+    return _systematic_resample(weight, chains, key)
 
 
 def _floored_eigh(hess: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
