@@ -422,7 +422,7 @@ class GroupedNoise(dist.Distribution):
             return group_log_density(stats, s, t, df)
         # concrete ids: sizes are constants (the traced count is dead code) and every
         # per-group value is a member's (constant within a group)
-        stats = stats._replace(n=jnp.asarray(layout.size, value.dtype))
+        stats = stats._replace(n=jnp.asarray(layout.size, jnp.result_type(value)))
         s, t = self.scale[..., layout.member], self.run_scale[..., layout.member]
         log_norm = None
         if learned and layout.pair_member is not None:
