@@ -56,6 +56,18 @@ class ConvergenceGate(NamedTuple):
         )
 
 
+def _without_advice(problem: str) -> str:
+    """A diagnostics problem (``"what: advice"``) without its advice: cut at the first ``": "``
+    outside parentheses, so ``"55 divergent transitions (language blocks: ubuntu_irc 50,
+    dm_mathematics 5): raise ..."`` keeps the blocks."""
+    depth = 0
+    for i, ch in enumerate(problem):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and problem.startswith(": ", i):
+            return problem[:i]
+    return problem
+
+
 def starts_problem(starts: str) -> str | None:
     """``"0/8 converged"`` -> a problem; ``"3/8 converged"`` (or unparsable) -> None."""
     head = str(starts).split()[0] if str(starts).strip() else ""
@@ -84,7 +96,7 @@ def law_problems(info: Mapping[str, Any]) -> list[str]:
     if info.get("diagnostics"):  # every NUTS fit carries its full Diagnostics (arviz-stats)
         from climb_bayes.inference.diagnostics import Diagnostics
 
-        out += [p.split(": ")[0] for p in Diagnostics.from_json(info["diagnostics"]).problems]
+        out += [_without_advice(p) for p in Diagnostics.from_json(info["diagnostics"]).problems]
     else:  # fit files written before law fits stored their Diagnostics
         rhat = info.get("max_rhat")
         if rhat is not None and (not math.isfinite(float(rhat)) or float(rhat) > RHAT_MAX):

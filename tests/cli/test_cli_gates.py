@@ -106,6 +106,16 @@ def test_gate_reads_point_fit_starts_and_stacked_laws(map_fit3):
         "ESS 3 < 400",
     ]
     assert law_problems({"converged": False}) == ["optimizer did not converge"]
+    # the advice goes, the language blocks named inside the parentheses stay
+    diag = Diagnostics(1.0, 900.0, 900.0, 55, 4000, 0, 10, 0.6, [], [
+        "55 divergent transitions (language blocks: ubuntu_irc 50, hackernews 5): at target "
+        "acceptance 0.98 they are the posterior's geometry, not the step size: check",
+        "bulk ESS 243 < 400 (log_L0[dm_mathematics]): draw more samples",
+    ])  # fmt: skip
+    assert law_problems({"diagnostics": diag.to_json()}) == [
+        "55 divergent transitions (language blocks: ubuntu_irc 50, hackernews 5)",
+        "bulk ESS 243 < 400 (log_L0[dm_mathematics])",
+    ]
     tree = map_fit3.tree.copy()
     tree.attrs = {**tree.attrs, "point_starts": "0/4 converged"}
     fit = type(map_fit3)(tree)
