@@ -103,7 +103,7 @@ def law_problems(info: Mapping[str, Any]) -> list[str]:
             out.append(f"R-hat {float(rhat):.3f} > {RHAT_MAX}")
         ess = info.get("min_ess")
         if ess is not None and (not math.isfinite(float(ess)) or float(ess) < ESS_MIN):
-            out.append(f"ESS {float(ess):.0f} < {ESS_MIN}")
+            out.append(f"ESS {math.floor(float(ess))} < {ESS_MIN}")
         div = info.get("divergences")
         if div:
             out.append(f"{int(div)} divergences")

@@ -164,9 +164,12 @@ def compute_diagnostics(
     if not np.isfinite(max_rhat) or max_rhat > RHAT_MAX:
         problems.append(f"R-hat {max_rhat:.3f} > {RHAT_MAX} ({worst_r})")
     if not np.isfinite(min_bulk) or min_bulk < ESS_MIN:
-        problems.append(f"bulk ESS {min_bulk:.0f} < {ESS_MIN} ({worst_b}): draw more samples")
+        problems.append(
+            f"bulk ESS {np.floor(min_bulk):.0f} < {ESS_MIN} ({worst_b}): draw more samples"
+        )
     if np.isfinite(min_tail) and min_tail < ESS_MIN:
-        problems.append(f"tail ESS {min_tail:.0f} < {ESS_MIN}")
+        # floored: an ESS of 399.6 fails the gate and must not read "400 < 400"
+        problems.append(f"tail ESS {np.floor(min_tail):.0f} < {ESS_MIN}")
     if div:
         higher = min(round((1.0 + target_accept) / 2.0, 3), 0.99)
         where = ""

@@ -106,6 +106,8 @@ def test_gate_reads_point_fit_starts_and_stacked_laws(map_fit3):
         "ESS 3 < 400",
     ]
     assert law_problems({"converged": False}) == ["optimizer did not converge"]
+    # an ESS just under the threshold fails and says so ("399 < 400", not "400 < 400")
+    assert law_problems({"max_rhat": 1.0, "min_ess": 399.6}) == ["ESS 399 < 400"]
     # the advice goes, the language blocks named inside the parentheses stay
     diag = Diagnostics(1.0, 900.0, 900.0, 55, 4000, 0, 10, 0.6, [], [
         "55 divergent transitions (language blocks: ubuntu_irc 50, hackernews 5): at target "
