@@ -734,7 +734,11 @@ def _mode_starts(
     """
     k_jitter, k_search, k_pick = jax.random.split(key, 3)
     jitter = _search_starts(model, args, start, max(MODE_SEARCHES, chains), k_jitter)
-    found = mode_starts(model, args, start, jitter, key=k_search, dense=False)
+    # unpolished 3,000-iteration searches: polished starts broke the DML's chains on
+    # 5Mix-410M (mode_starts' ``polish``)
+    found = mode_starts(
+        model, args, start, jitter, key=k_search, dense=False, max_iter=3000, polish=False
+    )
     pick = evidence_picks(found, chains, k_pick)
     return {k: v[pick] for k, v in found.init_params.items()}, found
 
