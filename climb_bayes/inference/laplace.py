@@ -95,7 +95,7 @@ class LaplaceResult(NamedTuple):
 
 SEARCH_ITERATIONS = 150
 """L-BFGS iterations of a mode search (:func:`laplace_posterior`, :func:`mode_starts`) before
-the exact-Hessian Newton polish finishes it (:func:`_polished_searches`).
+the exact-Hessian Newton polish finishes it (:func:`_mode_searches`).
 
 L-BFGS gets into a mode's basin in tens to hundreds of iterations and then crawls along the
 posterior's thin valleys (Hessian eigenvalues spanning ~1e6 and more) for thousands; the
@@ -228,7 +228,7 @@ def laplace_posterior(
     x0 = np.asarray(z0)[None]
     if starts is not None:
         x0 = np.concatenate([x0, _ravel_starts(starts, z0.size)])
-    res, polished = _polished_searches(potential, x0, max_iter)
+    res, polished = _mode_searches(potential, x0, max_iter)
     ok = [p for p in polished if p is not None]
     if not ok:  # every search failed: the single search's end point, as before
         ok = [newton_polish(potential, res.x)]
@@ -266,37 +266,30 @@ def laplace_posterior(
     )
 
 
-def _polished_searches(
-    potential: Callable[[jax.Array], jax.Array], x0: np.ndarray, max_iter: int
+def _mode_searches(
+    potential: Callable[[jax.Array], jax.Array],
+    x0: np.ndarray,
+    max_iter: int,
+    polish: bool = True,
 ) -> tuple[Any, list[Any]]:
     """L-BFGS from each row of ``x0`` (``max_iter`` iterations, :data:`SEARCH_ITERATIONS` by
-    default), each end point polished to a mode by
-    :func:`~climb_bayes.inference.point_fit.newton_polish`: the L-BFGS result and, per search,
-    the polish (``x``, ``fun``, ``success``, ``hess``) or ``None`` where the search failed
-    (non-finite potential)."""
-    res = multistart_lbfgs(potential, x0, max_iter=max_iter)
-    polished = [
-        newton_polish(potential, x) if f < 1e30 else None
-        for x, f in zip(res.all_x, res.all_fun, strict=True)
-    ]
-    return res, [p if p is not None and np.isfinite(p.fun) else None for p in polished]
-
-
-def _unpolished_searches(
-    potential: Callable[[jax.Array], jax.Array], x0: np.ndarray, max_iter: int
-) -> list[Any]:
-    """L-BFGS from each row of ``x0``, each end point as it is with the (symmetrised) Hessian
-    there (``x``, ``fun``, ``hess``), or ``None`` where the search failed."""
+    default): the L-BFGS result and, per search, its end point (``x``, ``fun``, ``hess``, the
+    Hessian symmetrised) or ``None`` where the search failed (non-finite potential). With
+    ``polish`` each end point is first polished to a mode by
+    :func:`~climb_bayes.inference.point_fit.newton_polish` (which adds ``success``)."""
     res = multistart_lbfgs(potential, x0, max_iter=max_iter)
     hessian = jitted_derivatives(potential)[1]
-    out = []
+    out: list[Any] = []
     for x, f in zip(res.all_x, res.all_fun, strict=True):
         if not f < 1e30:
             out.append(None)
-            continue
-        h = np.asarray(hessian(jnp.asarray(x)))
-        out.append(SimpleNamespace(x=np.asarray(x), fun=float(f), hess=0.5 * (h + h.T)))
-    return out
+        elif polish:
+            found = newton_polish(potential, x)
+            out.append(found if np.isfinite(found.fun) else None)
+        else:
+            h = np.asarray(hessian(jnp.asarray(x)))
+            out.append(SimpleNamespace(x=np.asarray(x), fun=float(f), hess=0.5 * (h + h.T)))
+    return res, out
 
 
 class _Mode(NamedTuple):
@@ -404,7 +397,7 @@ def mode_starts(
     """Start every NUTS chain from a draw of the Laplace approximation at its own mode.
 
     From each chain's start (``starts``, unconstrained, leading axis = chains) L-BFGS climbs to a
-    mode of the posterior, finished by a Newton polish (:func:`_polished_searches`); the chain
+    mode of the posterior, finished by a Newton polish (:func:`_mode_searches`); the chain
     then starts from a draw of the Gaussian with the inverse Hessian there: the first of
     :data:`START_CANDIDATES` draws whose potential is within the Gaussian's typical band
     (``d/2 + 3 sqrt(d/2)`` nats above the mode, ``d`` parameters; else the mode itself). Chains
@@ -436,7 +429,7 @@ def mode_starts(
     max_iter : int
         L-BFGS iterations per chain before its Newton polish.
     polish : bool
-        Polish each search's end point (:func:`_polished_searches`). ``False``: the L-BFGS end
+        Polish each search's end point (:func:`_mode_searches`). ``False``: the L-BFGS end
         points and the Hessians there, as before 2026-11-29 (give ``max_iter`` = 3000 then).
         The generic laws' NUTS starts use that: with polished starts the DML on 5Mix-410M
         (2 chains x (500 + 1000)) had R-hat 1.827 / 1.205 / 1.574 / 1.017 on seeds 0-3,
@@ -458,10 +451,7 @@ def mode_starts(
     _, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
     x0 = _ravel_starts(starts, z0.size)  # already unconstrained
 
-    if polish:
-        _, polished = _polished_searches(potential, x0, max_iter)
-    else:
-        polished = _unpolished_searches(potential, x0, max_iter)
+    _, polished = _mode_searches(potential, x0, max_iter, polish)
     fun = np.array([p.fun if p is not None else 1e30 for p in polished], dtype=float)
     modes_x = np.stack([p.x if p is not None else x for p, x in zip(polished, x0, strict=True)])
     potentials = jax.jit(jax.vmap(potential))
