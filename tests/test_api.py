@@ -4,6 +4,7 @@ clear errors; the JAX run-time guard (climb_bayes.runtime)."""
 from __future__ import annotations
 
 import doctest
+import functools
 import subprocess
 import sys
 
@@ -37,6 +38,26 @@ def test_import_changes_no_jax_setting():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_setup_runs_openblas_on_one_thread_unless_the_user_chose():
+    code = (
+        "import numpy, scipy.linalg\n"  # OpenBLAS loaded before the set-up
+        "from threadpoolctl import threadpool_info\n"
+        "import climb_bayes\n"
+        "climb_bayes.setup_jax()\n"
+        "import scipy.optimize\n"
+        "print(sorted({i['num_threads'] for i in threadpool_info()"
+        " if i['internal_api'] == 'openblas'}))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    run = functools.partial(
+        subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    out = run(env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "[1]", out.stderr
+    out = run(env=env | {"OPENBLAS_NUM_THREADS": "2"})  # the user's setting wins
+    assert out.returncode == 0 and out.stdout.strip() == "[2]", out.stderr
 
 
 def test_public_names_resolve_and_are_documented():
