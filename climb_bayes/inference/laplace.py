@@ -431,9 +431,14 @@ def mode_starts(
     polish : bool
         Polish each search's end point (:func:`_mode_searches`). ``False``: the L-BFGS end
         points and the Hessians there, as before 2026-11-29 (give ``max_iter`` = 3000 then).
-        The generic laws' NUTS starts use that: with polished starts the DML on 5Mix-410M
-        (2 chains x (500 + 1000)) had R-hat 1.827 / 1.205 / 1.574 / 1.017 on seeds 0-3,
-        without 1.011-1.014; CLIMB's NUTS was as good or better with them (default data).
+        The generic laws' NUTS starts use that. Measured on the DML at 5Mix-410M (2 chains
+        x (500 + 500), ``benchmarks/real_data.py``'s settings), seeds 0-9: R-hat above 1.1
+        (chains in different places, bulk ESS 2-4) on 6 of 10 seeds with polished starts and
+        on 2 of 10 without (1.51, 1.57). Both reach the same mode (potential -1058.68; the
+        chains' starts agree to ~1e-3 in every coordinate), so the difference may be chance
+        (Fisher's exact test p = 0.17): that posterior keeps chains apart whichever start
+        they get, and the convergence gate flags it. CLIMB's NUTS was as good or better with
+        polished starts (default data).
 
     Returns
     -------
