@@ -4,7 +4,6 @@ clear errors; the JAX run-time guard (climb_bayes.runtime)."""
 from __future__ import annotations
 
 import doctest
-import functools
 import subprocess
 import sys
 
@@ -16,6 +15,19 @@ import pytest
 import climb_bayes as cb
 from climb_bayes.errors import ClimbError
 from climb_bayes.runtime import memory_maps, release_compiled_programs
+
+
+def _run_python(code: str, drop: str, **extra: str) -> str:
+    """stdout of ``code`` in a fresh interpreter without the environment variable ``drop`` (and
+    with ``extra``); fails the test on a non-zero exit."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != drop} | extra
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 def test_import_changes_no_jax_setting():
@@ -33,11 +45,7 @@ def test_import_changes_no_jax_setting():
         "assert jax.config.jax_enable_x64 and jax.local_device_count() >= 4\n"
         "print('ok')\n"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert _run_python(code, "XLA_FLAGS") == "ok"
 
 
 def test_setup_runs_openblas_on_one_thread_unless_the_user_chose():
@@ -50,14 +58,9 @@ def test_setup_runs_openblas_on_one_thread_unless_the_user_chose():
         "print(sorted({i['num_threads'] for i in threadpool_info()"
         " if i['internal_api'] == 'openblas'}))\n"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    run = functools.partial(
-        subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-    )
-    out = run(env=env)
-    assert out.returncode == 0 and out.stdout.strip() == "[1]", out.stderr
-    out = run(env=env | {"OPENBLAS_NUM_THREADS": "2"})  # the user's setting wins
-    assert out.returncode == 0 and out.stdout.strip() == "[2]", out.stderr
+    assert _run_python(code, "OPENBLAS_NUM_THREADS") == "[1]"
+    # the user's setting wins
+    assert _run_python(code, "OPENBLAS_NUM_THREADS", OPENBLAS_NUM_THREADS="2") == "[2]"
 
 
 def test_public_names_resolve_and_are_documented():
