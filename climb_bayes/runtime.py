@@ -37,7 +37,9 @@ Why each setting:
   Measured (2026-11-29, 2-core AMD EPYC beside a test run): scipy L-BFGS-B on a 50-parameter
   quadratic 10.9 ms per evaluation with OpenBLAS's 2 threads, 0.34 ms with 1; the Laplace fits
   of a leave-future-out fold of the default data (budgets <= 5e5) Isolated 14.6 -> 6.9 s,
-  DML 13.3 -> 3.7 s. ``OPENBLAS_NUM_THREADS`` set by the user wins (and is then left alone).
+  DML 13.3 -> 3.7 s. On an idle machine it makes no difference (``climb-bayes fit`` 80-83 s
+  either way, the same output). ``OPENBLAS_NUM_THREADS`` set by the user wins (and is then left
+  alone).
 
 * **Compiled programs are released when the process runs short of memory maps**
   (:func:`release_compiled_programs`, called before every fit). Each fit traces its own
