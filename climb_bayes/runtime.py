@@ -85,6 +85,11 @@ BLAS_THREADS = 1
 """OpenBLAS threads :func:`setup_jax` allows (:func:`limit_blas_threads`)."""
 
 
+_blas_threads_set = False
+"""Whether :func:`limit_blas_threads` wrote ``OPENBLAS_NUM_THREADS`` (a later call may change
+it; a value the user set is left alone)."""
+
+
 def limit_blas_threads(threads: int = BLAS_THREADS) -> None:
     """Run OpenBLAS (NumPy's and SciPy's) on ``threads`` threads, unless the user set
     ``OPENBLAS_NUM_THREADS``.
@@ -93,12 +98,15 @@ def limit_blas_threads(threads: int = BLAS_THREADS) -> None:
     covers those loaded later (OpenBLAS reads it when it loads). Other thread pools (OpenMP,
     PyTorch's, XLA's) are left alone.
     """
-    if "OPENBLAS_NUM_THREADS" in os.environ:
-        return
-    os.environ["OPENBLAS_NUM_THREADS"] = str(int(threads))
+    global _blas_threads_set
+    if "OPENBLAS_NUM_THREADS" in os.environ and not _blas_threads_set:
+        return  # the user's choice
+    threads = int(threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    _blas_threads_set = True
     from threadpoolctl import ThreadpoolController
 
-    ThreadpoolController().select(internal_api="openblas").limit(limits=int(threads))
+    ThreadpoolController().select(internal_api="openblas").limit(limits=threads)
 
 
 MAP_SHARE = 0.5

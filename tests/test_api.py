@@ -4,6 +4,7 @@ clear errors; the JAX run-time guard (climb_bayes.runtime)."""
 from __future__ import annotations
 
 import doctest
+import os
 import subprocess
 import sys
 
@@ -20,8 +21,6 @@ from climb_bayes.runtime import memory_maps, release_compiled_programs
 def _run_python(code: str, drop: str, **extra: str) -> str:
     """stdout of ``code`` in a fresh interpreter without the environment variable ``drop`` (and
     with ``extra``); fails the test on a non-zero exit."""
-    import os
-
     env = {k: v for k, v in os.environ.items() if k != drop} | extra
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
@@ -55,12 +54,15 @@ def test_setup_runs_openblas_on_one_thread_unless_the_user_chose():
         "import climb_bayes\n"
         "climb_bayes.setup_jax()\n"
         "import scipy.optimize\n"
-        "print(sorted({i['num_threads'] for i in threadpool_info()"
-        " if i['internal_api'] == 'openblas'}))\n"
+        "def threads(): return sorted({i['num_threads'] for i in threadpool_info()"
+        " if i['internal_api'] == 'openblas'})\n"
+        "first = threads()\n"
+        "climb_bayes.setup_jax(blas_threads=2)\n"  # a later explicit choice is honoured
+        "print(first, threads())\n"
     )
-    assert _run_python(code, "OPENBLAS_NUM_THREADS") == "[1]"
-    # the user's setting wins
-    assert _run_python(code, "OPENBLAS_NUM_THREADS", OPENBLAS_NUM_THREADS="2") == "[2]"
+    assert _run_python(code, "OPENBLAS_NUM_THREADS") == "[1] [2]"
+    # the user's environment wins over both calls
+    assert _run_python(code, "OPENBLAS_NUM_THREADS", OPENBLAS_NUM_THREADS="1") == "[1] [1]"
 
 
 def test_public_names_resolve_and_are_documented():
