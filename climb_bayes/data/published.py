@@ -191,26 +191,27 @@ def load_regmix(
 
 
 def load_5mix(
-    root: Path, sizes: Sequence[str] = ("70M", "160M", "305M", "410M")
+    root: Path, sizes: Sequence[str] = ("70M", "160M", "305M", "410M"), *, special: bool = False
 ) -> dict[str, Observations]:
     """Data Mixing Laws 5Mix checkpoints, one :class:`Observations` per model size.
 
     Run ids are ``<size>/<mixture id>@<step>``; each checkpoint is its own run with budget
     ``step * TOKENS_PER_STEP`` (so a holdout on ``tokens`` splits early from late steps); the
     checkpoints of one mixture share a ``run_series`` label (one training trajectory).
+    ``special`` keeps the authors' special mixtures (ids above 900), as :func:`load_mixinglaws`.
     """
-    return load_mixinglaws(root, "5Mix", FIVE_MIX_GROUPS, sizes)
+    return load_mixinglaws(root, "5Mix", FIVE_MIX_GROUPS, sizes, special=special)
 
 
 def load_redpajama(
-    root: Path, sizes: Sequence[str] = ("70M", "160M", "305M", "410M")
+    root: Path, sizes: Sequence[str] = ("70M", "160M", "305M", "410M"), *, special: bool = False
 ) -> dict[str, Observations]:
     """Data Mixing Laws RedPajama checkpoints, one :class:`Observations` per model size.
 
     Same layout as :func:`load_5mix` (each checkpoint a run, ``run_series`` the mixture);
-    groups :data:`REDPAJAMA_GROUPS`.
+    groups :data:`REDPAJAMA_GROUPS`; ``special`` as :func:`load_mixinglaws`.
     """
-    return load_mixinglaws(root, "RedPajama", REDPAJAMA_GROUPS, sizes)
+    return load_mixinglaws(root, "RedPajama", REDPAJAMA_GROUPS, sizes, special=special)
 
 
 SMALL_MIX_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -226,18 +227,23 @@ def load_mixinglaws(
     setting: str,
     groups_map: dict[str, tuple[str, ...]],
     sizes: Sequence[str],
+    *,
+    special: bool = False,
 ) -> dict[str, Observations]:
     """Checkpoints of one Data Mixing Laws setting (``5Mix``, ``RedPajama``, ``2Mix``, ``3Mix``) per
     model size.
 
     Each group's loss is the ``valid_weight``-weighted mean of its Pile validation domains;
-    checkpoints with a missing domain are dropped; runs with ids above 900 are skipped.
+    checkpoints with a missing domain are dropped. Runs with ids above 900 (the authors' default
+    and optimised mixtures, which their own loader leaves out of fits) are skipped unless
+    ``special``: at 1B they are the only runs trained past 20k steps.
     """
     folder = _require(root / "mixinglaws")
     weights = json.loads(_require(folder / "valid_weight.json").read_text())
     df = pd.read_csv(_require(folder / "mixinglaws_long.csv"), dtype={"step": str})
     df = df[(df["setting"] == setting) & df["step"].str.isdigit()]
-    df = df[pd.to_numeric(df["run_id"], errors="coerce") <= 900]
+    if not special:
+        df = df[pd.to_numeric(df["run_id"], errors="coerce") <= 900]
     sub2group = {s: g for g, subs in groups_map.items() for s in subs}
     df = df[df["valid_domain"].isin(sub2group)].copy()
     df["group"] = df["valid_domain"].map(sub2group)

@@ -9,7 +9,9 @@ into exit code 2), so no number computed from an unconverged or failed fit is sh
 warning.
 
 Thresholds are :mod:`climb_bayes.inference.diagnostics`' (Vehtari et al. 2021): R-hat <= 1.01, bulk
-ESS >= 400, no divergent transitions; a point fit fails when none of its starts converged.
+ESS >= 400, no divergent transitions; a point fit fails when none of its starts converged, or
+when its estimate lies more than :data:`~climb_bayes.inference.point_fit.FAR_FROM_PRIOR` prior
+sds from the prior centre (no finite minimiser: the estimate is where L-BFGS stopped).
 :func:`law_problems` applies the same thresholds to a law's ``info`` record (``evaluate`` shows them
 per law in its table).
 
@@ -49,10 +51,12 @@ class ConvergenceGate(NamedTuple):
         if self.ok:
             return ""
         where = f" {path}" if str(path) else ""
+        nuts_fix = " Refit with more --warmup/--samples or a higher --target-accept"
+        point_only = all(": point fit: " in p for p in self.problems)  # the problem says the fix
+        fix = "" if point_only else nuts_fix
         return (
             f"WARNING: fit{where} did not converge ({'; '.join(self.problems)}); numbers computed "
-            "from it are not trustworthy. Refit with more --warmup/--samples or a higher "
-            "--target-accept (--strict refuses)."
+            f"from it are not trustworthy.{fix} (--strict refuses)."
         )
 
 
@@ -109,6 +113,11 @@ def law_problems(info: Mapping[str, Any]) -> list[str]:
             out.append(f"{int(div)} divergences")
     if "starts" in info and (p := starts_problem(info["starts"])) is not None:
         out.append(p)
+    if info.get("far_from_prior"):  # MAP: the Huber loss had no finite minimiser
+        out.append(
+            f"point fit: {info['far_from_prior']}: the loss keeps falling along a ray, so the "
+            "estimate is where L-BFGS stopped; refit with --method nuts"
+        )
     if info.get("converged") is False:
         out.append("optimizer did not converge")
     return out
@@ -133,6 +142,7 @@ def fit_gate(fit: Any) -> ConvergenceGate:
     climb_info = {
         "diagnostics": diag.to_json() if diag is not None else "",
         "starts": fit.attrs.get("point_starts", ""),
+        "far_from_prior": fit.attrs.get("point_far_from_prior", ""),
     }
     problems += [f"climb: {p}" for p in law_problems(climb_info)]
     weights = json.loads(fit.attrs.get("stacking_weights", "{}") or "{}")

@@ -23,7 +23,7 @@ from climb_bayes.inference.diagnostics import compute_diagnostics
 from climb_bayes.inference.fitresult import FORMAT_VERSION, PARAM_DIMS, Fit
 from climb_bayes.inference.nuts import NutsConfig, run_nuts
 from climb_bayes.inference.nuts_blocks import run_blocked_nuts, use_language_blocks
-from climb_bayes.inference.point_fit import PointFit, point_fit
+from climb_bayes.inference.point_fit import PointFit, far_from_prior, point_fit
 from climb_bayes.model.climb_model import (
     ModelData,
     climb_model,
@@ -295,6 +295,7 @@ def fit_runs(
         tree = _map_tree(k_pp, data, priors, point, runs)
         attrs["point_objective"] = float(point.objective)
         attrs["point_starts"] = f"{point.n_converged}/{point.n_starts} converged"
+        attrs["point_far_from_prior"] = far_from_prior(point.prior_z, runs.languages)
     else:
         blocked = use_language_blocks(config, priors, runs.n_languages)
         log(

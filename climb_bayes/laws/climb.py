@@ -127,6 +127,7 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
     if fit.method == "map":
         info["objective"] = float(fit.attrs.get("point_objective", np.nan))
         info["starts"] = str(fit.attrs.get("point_starts", ""))
+        info["far_from_prior"] = str(fit.attrs.get("point_far_from_prior", ""))
         likelihood = "normal"
     else:
         likelihood = fit.priors.likelihood

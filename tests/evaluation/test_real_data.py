@@ -87,3 +87,17 @@ def test_climb_laplace_fold_fit_on_redpajama_is_at_the_mode():
     q25, q75 = np.quantile(draws, [0.25, 0.75], axis=0)
     sd = (q75 - q25) / 1.349
     assert np.median(sd) < 0.005 and sd.max() < 0.03, (np.median(sd), sd.max())
+
+
+def test_special_mixtures_are_kept_only_when_asked():
+    """The authors' special mixtures (ids above 900) are left out by default, as their loader
+    does; ``special=True`` keeps them: at 1B they are the only runs trained past 20k steps."""
+    plain = load_5mix(DATA, ("1B",))["1B"]
+    every = load_5mix(DATA, ("1B",), special=True)["1B"]
+    assert plain.run_budget.max() == 20_000 * TOKENS_PER_STEP
+    assert every.run_budget.max() == 100_000 * TOKENS_PER_STEP
+    special = {label for label in every.series_labels if int(label.split("/")[1]) > 900}
+    assert special == {"1B/998", "1B/999"}
+    assert not {label for label in plain.series_labels if int(label.split("/")[1]) > 900}
+    rp = load_redpajama(DATA, ("1B",), special=True)["1B"]
+    assert rp.run_budget.max() == 100_000 * TOKENS_PER_STEP and rp.m == 7
