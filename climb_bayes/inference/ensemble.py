@@ -66,6 +66,8 @@ References
 .. [4] Lichtendahl, Grushka-Cockayne & Winkler (2013), "Is It Better to Average Probabilities
    or Quantiles?", Management Science 59(7).
 .. [5] Nelsen (2006), "An Introduction to Copulas", 2nd ed., Springer.
+.. [6] Vehtari, Simpson, Gelman, Yao & Gabry (2024), "Pareto Smoothed Importance Sampling",
+   JMLR 25(72) (the Pareto k diagnostic of the one-budget LOO weights).
 """
 
 from __future__ import annotations
@@ -594,7 +596,7 @@ def fit_ensemble(
         else:
             weights, method = stacking_weights(lpd), "lfo-stacking"
     else:
-        weights, method = _loo_weights(fits, common), "loo-stacking"
+        weights, method = _loo_weights(fits, common, log), "loo-stacking"
     log(
         f"stacking weights ({method}): "
         + ", ".join(f"{k} {w:.2f}" for k, w in sorted(weights.items(), key=lambda kv: -kv[1]))
@@ -671,8 +673,11 @@ def _pool(rows: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _loo_weights(fits: dict[str, LawFit], obs: Observations) -> dict[str, float]:
-    """Stacking on PSIS-LOO of each law's per-run-group log-likelihood (one budget only)."""
+def _loo_weights(
+    fits: dict[str, LawFit], obs: Observations, log: Callable[[str], None] | None = None
+) -> dict[str, float]:
+    """Stacking on PSIS-LOO of each law's per-run-group log-likelihood (one budget only); a law
+    whose Pareto k exceeds arviz-stats' threshold at some groups gets one log line saying so."""
     from climb_bayes.inference.predictive import pointwise_log_likelihood
 
     lpd = {}
@@ -681,13 +686,24 @@ def _loo_weights(fits: dict[str, LawFit], obs: Observations) -> dict[str, float]
         if ll.shape[0] < MIN_LOO_DRAWS:  # a point fit or a short run: in-sample density
             lpd[name] = np.log(np.mean(np.exp(ll - ll.max(axis=0)), axis=0)) + ll.max(axis=0)
             continue
-        lpd[name] = _psis_loo_pointwise(ll)
+        lpd[name], khat, good_k = _psis_loo_pointwise(ll)
+        bad = khat > good_k
+        if bad.any() and log is not None:
+            log(
+                f"{name}: PSIS-LOO Pareto k > {good_k:.2f} at {int(bad.sum())} of {bad.size} run "
+                f"groups (max {np.max(khat):.2f}): its leave-one-out density there, and so its "
+                "stacking weight, is approximate (Vehtari et al. 2024)"
+            )
     return stacking_weights(lpd)
 
 
-def _psis_loo_pointwise(ll: np.ndarray) -> np.ndarray:
+def _psis_loo_pointwise(ll: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """``(G,)`` PSIS-LOO log predictive densities from ``(S, G)`` log-likelihoods
-    (:func:`arviz_stats.loo` on a one-chain tree)."""
+    (:func:`arviz_stats.loo` on a one-chain tree), with the ``(G,)`` Pareto k values and the
+    threshold above which arviz-stats calls an estimate unreliable (its warning is replaced by
+    the caller's log line)."""
+    import warnings
+
     import arviz_base
     from arviz_stats import loo
 
@@ -697,4 +713,8 @@ def _psis_loo_pointwise(ll: np.ndarray) -> np.ndarray:
             "log_likelihood": {"y": ll[None]},
         }
     )
-    return np.asarray(loo(tree, pointwise=True, var_name="y").elpd_i).ravel()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        res = loo(tree, pointwise=True, var_name="y")
+    good_k = float(getattr(res, "good_k", None) or 0.7)
+    return np.asarray(res.elpd_i).ravel(), np.asarray(res.pareto_k).ravel(), good_k

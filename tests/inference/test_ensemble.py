@@ -208,3 +208,21 @@ def test_discrepancy_calibration_recovers_a_known_scale():
     d = calibrate(res, prior, np.ones(1), np.ones(1), n_draws=400)
     assert d.source == "lfo"
     assert np.median(d.tau) == pytest.approx(tau_true, rel=0.3)
+
+
+def test_psis_loo_returns_pareto_k_instead_of_warning():
+    """The one-budget LOO weights report high Pareto k in the fit's log (one line per law), not
+    as arviz-stats' UserWarning with a source path on the user's terminal."""
+    import warnings
+
+    from climb_bayes.inference.ensemble import _psis_loo_pointwise
+
+    rng = np.random.default_rng(0)
+    ll = rng.standard_t(1.5, (1000, 20))  # heavy-tailed log-likelihoods: unreliable groups
+    ll[:, :5] = rng.normal(0.0, 0.01, (1000, 5))  # and well-behaved ones
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        elpd, khat, good_k = _psis_loo_pointwise(ll)
+    assert elpd.shape == khat.shape == (20,)
+    assert 0.5 < good_k <= 0.7
+    assert (khat[:5] < good_k).all() and (khat[5:] > good_k).any()
