@@ -182,11 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     if data is None or not Path(data).is_dir():
         print("cli-path benchmark skipped: no shared data folder (../shared/data).")
         return 0
-    from real_data import extrapolation_splits  # the benchmark's splits (sets up JAX)
+    # the benchmark's splits (importing real_data sets up JAX)
+    from real_data import LARGER_SCALE, extrapolation_splits, larger_scale_splits
 
     wanted = [s.strip() for s in args.sets.split(",") if s.strip()]
-    sizes = tuple(sorted({s.split("-", 1)[1] for s in wanted}))
+    sizes = tuple(sorted({s.split("-", 1)[1] for s in wanted if s not in LARGER_SCALE}))
     splits = {name: rest for name, *rest in extrapolation_splits(Path(data), sizes)}
+    larger = tuple(s for s in wanted if s in LARGER_SCALE)
+    splits |= {name: rest for name, *rest in larger_scale_splits(Path(data), larger)}
     unknown = [s for s in wanted if s not in splits]
     if unknown:
         parser.error(f"unknown set(s) {', '.join(unknown)}; known: {', '.join(splits)}")
