@@ -46,6 +46,7 @@ __all__ = [
     "FAR_FROM_PRIOR",
     "coordinate_labels",
     "far_from_prior",
+    "far_summary",
 ]
 
 HUBER_DELTA = 1e-3
@@ -485,8 +486,12 @@ def far_from_prior(
     >>> far_from_prior(z, ["en", "de"])
     '1 of 12 coordinates more than 10 prior sds from the prior centre (log_E[de] -163)'
     """
+    return far_summary(prior_z, coordinate_labels(languages), limit)
+
+
+def far_summary(prior_z: np.ndarray, labels: Sequence[str], limit: float = FAR_FROM_PRIOR) -> str:
+    """:func:`far_from_prior` for any labelled coordinates (every law's point fit)."""
     z = np.asarray(prior_z, dtype=float)
-    labels = coordinate_labels(languages)
     far = np.flatnonzero(~(np.abs(z) <= limit))
     if far.size == 0:
         return ""

@@ -49,6 +49,7 @@ from climb_bayes.inference.laplace import ModeStarts, evidence_picks, mode_start
 from climb_bayes.inference.nuts import NutsConfig, chain_init_values, nuts_mcmc, site_normals
 from climb_bayes.inference.point_fit import (
     HUBER_DELTA,
+    far_summary,
     huber,
     mad_sigma,
     multistart_lbfgs,
@@ -488,11 +489,46 @@ def fit_map(
     fit.info = {
         "objective": float(res.fun),
         "starts": f"{res.n_converged}/{res.n_starts} converged",
+        "far_from_prior": _far_from_prior(law, obs, options.priors, values),
         "seconds": seconds,
         "n_fit": obs.n,
         "n_params": law.n_params(m),
     }
     return fit
+
+
+def _far_from_prior(
+    law: Law, obs: Observations, priors: Priors, values: Mapping[str, np.ndarray]
+) -> str:
+    """The point fit's coordinates more than ``FAR_FROM_PRIOR`` prior sds from the law's prior
+    centre (:func:`climb_bayes.inference.point_fit.far_summary`; ``""`` when none): Normal
+    priors on the value, LogNormal on its log, HalfNormal from 0; other priors are not read.
+    Measured (2026-12-01): Isolated's Huber fit of the shipped default table ends with
+    ``log E`` 44 prior sds out (``E -> 0``, as CLIMB's), MSL and the DML within 1.3 there and
+    within 3.6 on the 5Mix-70M and RedPajama-70M fit splits."""
+    import numpyro.distributions as dist
+
+    z, labels = [], []
+    for name, prior in law.priors(obs, priors).items():
+        if name not in values:
+            continue
+        x = np.asarray(values[name], dtype=float)[0]
+        if isinstance(prior, dist.LogNormal):
+            d = (np.log(x) - np.asarray(prior.loc)) / np.asarray(prior.scale)
+        elif isinstance(prior, dist.Normal):
+            d = (x - np.asarray(prior.loc)) / np.asarray(prior.scale)
+        elif isinstance(prior, dist.HalfNormal):
+            d = x / np.asarray(prior.scale)
+        else:
+            continue
+        d = np.broadcast_to(d, x.shape).ravel()
+        z.append(d)
+        if x.ndim == 0:
+            labels.append(name)
+        else:
+            names = obs.groups if x.shape == (obs.m,) else [str(i) for i in range(d.size)]
+            labels += [f"{name}[{g}]" for g in names]
+    return far_summary(np.concatenate(z), labels) if z else ""
 
 
 def _identifiable(options: FitOptions, obs: Observations, log: Callable[[str], None]) -> FitOptions:

@@ -49,3 +49,18 @@ def test_point_fit_without_a_finite_minimiser_is_flagged():
     assert "refit with --method nuts" in gate.warning()
     assert "--target-accept" not in gate.warning()  # not a sampler problem
     assert law_problems({"far_from_prior": far})[0].startswith("point fit: ")
+
+
+def test_every_law_point_fit_is_checked_against_its_priors():
+    """The same check for the other laws' Huber fits, against each law's own priors: Isolated
+    (no transfer) drives ``E`` to 0 on the default table as CLIMB does; MSL stays near its
+    prior centre (measured: within 1.3 sds)."""
+    from climb_bayes.data.observations import Observations
+    from climb_bayes.laws import FitOptions, get_law
+
+    obs = Observations.from_runs(read_runs(dataset_path("default")))
+    iso = get_law("isolated").prepare(obs).fit(obs, "map", FitOptions(n_starts=2))
+    assert "log_E[" in iso.info["far_from_prior"]
+    assert law_problems(iso.info)[-1].startswith("point fit: ")
+    msl = get_law("msl").prepare(obs).fit(obs, "map", FitOptions(n_starts=2))
+    assert msl.info["far_from_prior"] == "" and law_problems(msl.info) == []
