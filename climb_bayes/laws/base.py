@@ -505,7 +505,9 @@ def _far_from_prior(
     priors on the value, LogNormal on its log, HalfNormal from 0; other priors are not read.
     Measured (2026-12-01): Isolated's Huber fit of the shipped default table ends with
     ``log E`` 44 prior sds out (``E -> 0``, as CLIMB's), MSL and the DML within 1.3 there and
-    within 3.6 on the 5Mix-70M and RedPajama-70M fit splits."""
+    within 3.6 on the 5Mix-70M and RedPajama-70M fit splits; in docs/benchmarks.md's per-law
+    table Isolated is flagged on RegMix and 5Mix-305M/410M and MSL on 5Mix-410M
+    (``gamma[prose]`` 105 sds out)."""
     import numpyro.distributions as dist
 
     z, labels = [], []
