@@ -296,29 +296,50 @@ class PointFit(NamedTuple):
     :func:`coordinate_labels`); :func:`far_from_prior` reads it."""
 
 
+class _Coordinates(NamedTuple):
+    """One block of the point fit's search vector: the model site it sets, the label of its
+    coordinates, whether it has one coordinate per language or per ordered pair, whether it is
+    searched on the log scale, and the :class:`Priors` field that gives its prior spread there."""
+
+    site: str
+    label: str
+    per_pair: bool
+    log_scale: bool
+    spread: str
+
+
+_LAYOUT = (
+    _Coordinates("log_A", "log_A", False, False, "reducible_scale"),
+    _Coordinates("beta", "log_beta", False, True, "beta_log_sd"),
+    _Coordinates("log_E", "log_E", False, False, "irreducible_scale"),
+    _Coordinates("b_offdiag", "b", True, False, "transfer_scale"),
+    _Coordinates("kappa_offdiag", "kappa", True, False, "decay_scale"),
+    _Coordinates("eta", "log_eta", False, True, "eta_log_sd"),
+)
+"""The search vector, block by block: :func:`_unpack`, :func:`_pack`, the starts' spread and
+:func:`coordinate_labels` all read this one table."""
+
+
+def _sizes(m: int) -> list[int]:
+    return [m * (m - 1) if c.per_pair else m for c in _LAYOUT]
+
+
 def _unpack(theta: jax.Array, m: int) -> dict[str, jax.Array]:
-    p = m * (m - 1)
-    s = np.cumsum([0, m, m, m, p, p, m])
+    s = np.cumsum([0, *_sizes(m)])
     return {
-        "log_A": theta[s[0] : s[1]],
-        "beta": jnp.exp(theta[s[1] : s[2]]),
-        "log_E": theta[s[2] : s[3]],
-        "b_offdiag": theta[s[3] : s[4]],
-        "kappa_offdiag": theta[s[4] : s[5]],
-        "eta": jnp.exp(theta[s[5] : s[6]]),
+        c.site: jnp.exp(theta[a:b]) if c.log_scale else theta[a:b]
+        for c, a, b in zip(_LAYOUT, s[:-1], s[1:], strict=True)
     }
 
 
 def _pack(v: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.log(v[c.site]) if c.log_scale else v[c.site] for c in _LAYOUT])
+
+
+def _prior_spread(priors: Priors, m: int) -> np.ndarray:
+    """Each search coordinate's prior sd (the starts' spread and :attr:`PointFit.prior_z`)."""
     return np.concatenate(
-        [
-            v["log_A"],
-            np.log(v["beta"]),
-            v["log_E"],
-            v["b_offdiag"],
-            v["kappa_offdiag"],
-            np.log(v["eta"]),
-        ]
+        [np.full(n, getattr(priors, c.spread)) for c, n in zip(_LAYOUT, _sizes(m), strict=True)]
     )
 
 
@@ -413,16 +434,7 @@ def point_fit(
         "eta": np.full(m, priors.eta_median),
     }
     x0 = _pack(centre)
-    spread = np.concatenate(
-        [
-            np.full(m, priors.reducible_scale),
-            np.full(m, priors.beta_log_sd),
-            np.full(m, priors.irreducible_scale),
-            np.full(p, priors.transfer_scale),
-            np.full(p, priors.decay_scale),
-            np.full(m, priors.eta_log_sd),
-        ]
-    )
+    spread = _prior_spread(priors, m)
     noise = np.asarray(jax.random.normal(key, (max(n_starts - 1, 0), x0.size)))
     starts = np.vstack([x0[None], x0 + 0.5 * spread * noise])
     res = multistart_lbfgs(
@@ -462,14 +474,8 @@ def coordinate_labels(languages: Sequence[str]) -> list[str]:
     the order of :class:`PointFit`'s ``prior_z``."""
     from climb_bayes.model.climb_model import pair_labels
 
-    pairs = pair_labels(list(languages))
-    per_language = ("log_A", "log_beta", "log_E")
-    return (
-        [f"{name}[{lang}]" for name in per_language for lang in languages]
-        + [f"b[{p}]" for p in pairs]
-        + [f"kappa[{p}]" for p in pairs]
-        + [f"log_eta[{lang}]" for lang in languages]
-    )
+    names = {False: list(languages), True: pair_labels(list(languages))}
+    return [f"{c.label}[{name}]" for c in _LAYOUT for name in names[c.per_pair]]
 
 
 def far_from_prior(

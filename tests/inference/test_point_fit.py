@@ -19,6 +19,30 @@ def test_coordinate_labels_follow_the_search_vector():
     assert labels[6] == "log_E[en]" and labels[9] == "b[en->de]" and labels[-1] == "log_eta[zh]"
 
 
+def test_coordinate_labels_line_up_with_the_unpacked_sites():
+    """Label ``k`` names the value that search coordinate ``k`` sets (one layout table)."""
+    import jax.numpy as jnp
+
+    from climb_bayes.inference.point_fit import _pack, _unpack
+    from climb_bayes.model.climb_model import pair_labels
+
+    langs = ["en", "de", "zh"]
+    labels = coordinate_labels(langs)
+    theta = np.linspace(-1.0, 1.0, len(labels))
+    v = {k: np.asarray(x) for k, x in _unpack(jnp.asarray(theta), len(langs)).items()}
+    np.testing.assert_allclose(_pack(v), theta, rtol=1e-12)
+    pairs = pair_labels(langs)
+    for label, value in [
+        ("log_A[de]", v["log_A"][1]),
+        ("log_beta[zh]", np.log(v["beta"][2])),
+        ("log_E[en]", v["log_E"][0]),
+        ("b[de->zh]", v["b_offdiag"][pairs.index("de->zh")]),
+        ("kappa[zh->en]", v["kappa_offdiag"][pairs.index("zh->en")]),
+        ("log_eta[de]", np.log(v["eta"][1])),
+    ]:
+        assert np.isclose(theta[labels.index(label)], value), label
+
+
 def test_far_from_prior_names_the_worst_coordinates():
     z = np.zeros(24)
     z[[6, 9, 10, 11]] = [-273.0, 12.0, -40.0, 9.9]  # 9.9 sd is inside the limit
