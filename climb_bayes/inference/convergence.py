@@ -30,16 +30,47 @@ from typing import Any, NamedTuple
 
 from climb_bayes.inference.diagnostics import ESS_MIN, RHAT_MAX
 
-__all__ = ["ConvergenceGate", "law_problems", "starts_problem", "fit_gate", "MIN_STACK_WEIGHT"]
+__all__ = [
+    "Problem",
+    "ConvergenceGate",
+    "law_problems",
+    "starts_problem",
+    "fit_gate",
+    "MIN_STACK_WEIGHT",
+]
 
 MIN_STACK_WEIGHT = 0.01
 """Laws with a smaller stacking weight do not move predictions; the gate skips them."""
 
 
+class Problem(str):
+    """One failed check: its text as printed, and :attr:`kind`, which fix it needs.
+
+    ``"sampler"`` (R-hat, ESS, divergences, tree depth, E-BFMI: more draws or a higher target
+    acceptance), ``"point_fit"`` (the text names the fix) or ``"optimizer"`` (a Laplace mode
+    search that did not converge). A ``str`` so that the lists of problems print and compare as
+    text.
+    """
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str) -> Problem:
+        obj = super().__new__(cls, text)
+        obj.kind = kind
+        return obj
+
+    def __getnewargs__(self) -> tuple[str, str]:  # pickle and copy keep the kind
+        return (str(self), self.kind)
+
+    def for_law(self, law: str) -> Problem:
+        """The same problem prefixed with the law it belongs to (``"climb: ..."``)."""
+        return Problem(f"{law}: {self}", self.kind)
+
+
 class ConvergenceGate(NamedTuple):
     """Verdict of :func:`fit_gate`: ``problems`` is empty when every check passed."""
 
-    problems: tuple[str, ...]
+    problems: tuple[Problem, ...]
 
     @property
     def ok(self) -> bool:
@@ -51,9 +82,12 @@ class ConvergenceGate(NamedTuple):
         if self.ok:
             return ""
         where = f" {path}" if str(path) else ""
-        nuts_fix = " Refit with more --warmup/--samples or a higher --target-accept"
-        point_only = all(": point fit: " in p for p in self.problems)  # the problem says the fix
-        fix = "" if point_only else nuts_fix
+        kinds = {getattr(p, "kind", "sampler") for p in self.problems}
+        fix = ""
+        if "sampler" in kinds:
+            fix = " Refit with more --warmup/--samples or a higher --target-accept"
+        elif not any("--method nuts" in p for p in self.problems):  # not said already
+            fix = " Refit with --method nuts"  # a failed point fit or Laplace mode search
         return (
             f"WARNING: fit{where} did not converge ({'; '.join(self.problems)}); numbers computed "
             f"from it are not trustworthy.{fix} (--strict refuses)."
@@ -72,16 +106,16 @@ def _without_advice(problem: str) -> str:
     return problem
 
 
-def starts_problem(starts: str) -> str | None:
+def starts_problem(starts: str) -> Problem | None:
     """``"0/8 converged"`` -> a problem; ``"3/8 converged"`` (or unparsable) -> None."""
     head = str(starts).split()[0] if str(starts).strip() else ""
     num, _, den = head.partition("/")
     if num.isdigit() and den.isdigit() and int(num) == 0:
-        return f"point fit: 0/{den} L-BFGS starts converged"
+        return Problem(f"point fit: 0/{den} L-BFGS starts converged", "point_fit")
     return None
 
 
-def law_problems(info: Mapping[str, Any]) -> list[str]:
+def law_problems(info: Mapping[str, Any]) -> list[Problem]:
     """Problems in a law's ``info`` record (NUTS, MAP or Laplace); empty when none.
 
     Parameters
@@ -93,33 +127,35 @@ def law_problems(info: Mapping[str, Any]) -> list[str]:
 
     Returns
     -------
-    list of str
-        Short problem descriptions (``"R-hat 1.83 > 1.01"``).
+    list of Problem
+        Short problem descriptions (``"R-hat 1.83 > 1.01"``) with the kind of fix each needs.
     """
-    out = []
+    out: list[Problem] = []
     if info.get("diagnostics"):  # every NUTS fit carries its full Diagnostics (arviz-stats)
         from climb_bayes.inference.diagnostics import Diagnostics
 
-        out += [_without_advice(p) for p in Diagnostics.from_json(info["diagnostics"]).problems]
+        diag = Diagnostics.from_json(info["diagnostics"])
+        out += [Problem(_without_advice(p), "sampler") for p in diag.problems]
     else:  # fit files written before law fits stored their Diagnostics
         rhat = info.get("max_rhat")
         if rhat is not None and (not math.isfinite(float(rhat)) or float(rhat) > RHAT_MAX):
-            out.append(f"R-hat {float(rhat):.3f} > {RHAT_MAX}")
+            out.append(Problem(f"R-hat {float(rhat):.3f} > {RHAT_MAX}", "sampler"))
         ess = info.get("min_ess")
         if ess is not None and (not math.isfinite(float(ess)) or float(ess) < ESS_MIN):
-            out.append(f"ESS {math.floor(float(ess))} < {ESS_MIN}")
+            out.append(Problem(f"ESS {math.floor(float(ess))} < {ESS_MIN}", "sampler"))
         div = info.get("divergences")
         if div:
-            out.append(f"{int(div)} divergences")
+            out.append(Problem(f"{int(div)} divergences", "sampler"))
     if "starts" in info and (p := starts_problem(info["starts"])) is not None:
         out.append(p)
     if info.get("far_from_prior"):  # MAP: the Huber loss had no finite minimiser
-        out.append(
+        text = (
             f"point fit: {info['far_from_prior']}: the loss keeps falling along a ray, so the "
             "estimate is where L-BFGS stopped; refit with --method nuts"
         )
+        out.append(Problem(text, "point_fit"))
     if info.get("converged") is False:
-        out.append("optimizer did not converge")
+        out.append(Problem("optimizer did not converge", "optimizer"))
     return out
 
 
@@ -137,19 +173,19 @@ def fit_gate(fit: Any) -> ConvergenceGate:
     ConvergenceGate
         Problems prefixed with the law they belong to (``"climb: R-hat 1.014 > 1.01 (...)"``).
     """
-    problems: list[str] = []
+    problems: list[Problem] = []
     diag = fit.diagnostics
     climb_info = {
         "diagnostics": diag.to_json() if diag is not None else "",
         "starts": fit.attrs.get("point_starts", ""),
         "far_from_prior": fit.attrs.get("point_far_from_prior", ""),
     }
-    problems += [f"climb: {p}" for p in law_problems(climb_info)]
+    problems += [p.for_law("climb") for p in law_problems(climb_info)]
     weights = json.loads(fit.attrs.get("stacking_weights", "{}") or "{}")
     if "laws" in fit.tree.children:
         for name, node in fit.tree["laws"].children.items():
             if weights and float(weights.get(name, 0.0)) < MIN_STACK_WEIGHT:
                 continue
             info = json.loads(node.attrs.get("info", "{}") or "{}")
-            problems += [f"{name}: {p}" for p in law_problems(info)]
+            problems += [p.for_law(name) for p in law_problems(info)]
     return ConvergenceGate(tuple(problems))

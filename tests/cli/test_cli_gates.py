@@ -125,6 +125,32 @@ def test_gate_reads_point_fit_starts_and_stacked_laws(map_fit3):
     assert not gate.ok and "climb: point fit: 0/4" in gate.warning()
 
 
+def test_gate_advice_follows_the_kind_of_problem():
+    """The warning's fix follows what failed, not how a problem is worded: sampler problems
+    get the NUTS advice, a failed point fit or Laplace mode search the NUTS refit (said once)."""
+    import copy
+    import pickle
+
+    from climb_bayes.inference.convergence import ConvergenceGate
+
+    (sampler,) = law_problems({"max_rhat": 1.83})
+    (optimizer,) = law_problems({"converged": False})
+    (point,) = law_problems({"starts": "0/8 converged"})
+    assert (sampler.kind, optimizer.kind, point.kind) == ("sampler", "optimizer", "point_fit")
+    for p in (sampler.for_law("msl"), pickle.loads(pickle.dumps(point)), copy.copy(point)):
+        assert p.kind in ("sampler", "point_fit")
+    assert sampler.for_law("msl") == "msl: R-hat 1.830 > 1.01"
+
+    def advice(*problems):
+        return ConvergenceGate(tuple(p.for_law("dml") for p in problems)).warning()
+
+    assert "--target-accept" in advice(sampler, point) and "--target-accept" in advice(sampler)
+    assert "Refit with --method nuts" in advice(optimizer) and "--method nuts" in advice(point)
+    assert "--target-accept" not in advice(optimizer) + advice(point)
+    far = law_problems({"far_from_prior": "1 of 12 coordinates more than 10 prior sds"})
+    assert far[0].kind == "point_fit" and advice(*far).count("--method nuts") == 1
+
+
 def test_evaluate_table_marks_unconverged_laws():
     metrics = {"n": 10, "mre": 0.01, "coverage": {"0.9": 0.9}}
     rows = [
