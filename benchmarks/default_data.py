@@ -72,9 +72,10 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     verdict, flagged = [], []
+    sampler = ["--chains", str(args.chains), "--samples", str(args.samples)]
+    sampler += ["--target-accept", str(args.target_accept)]
     for method, laws in (("nuts", "climb,isolated"), ("map", "climb")):
-        sampler = ["--samples", str(args.samples), "--target-accept", str(args.target_accept)]
-        extra = ["--chains", str(args.chains), *sampler] if method == "nuts" else []
+        extra = sampler if method == "nuts" else []
         res, secs = _evaluate([path, *hold, "--method", method, "--laws", laws, *extra])
         for row in res["rows"]:
             m = row["metrics"]
