@@ -9,8 +9,9 @@ Three checks, each one ``climb-bayes evaluate`` call on ``climb_bayes/data/<data
 
 holdout
     Fit on the Algorithm-1 runs, predict the held-out mixtures (``--holdout 'run_id~holdout'``;
-    3x the largest fitting budget on the default): CLIMB by NUTS (posterior median) and MAP,
-    the isolated law by NUTS, NUTS with the sampler of ``climb-bayes fit``. A row whose fit
+    3x the largest fitting budget on the default): CLIMB and the isolated law by NUTS
+    (posterior median) and by Laplace approximation (``fit --method laplace``), CLIMB by MAP,
+    NUTS with the sampler of ``climb-bayes fit``. A row whose fit
     fails the convergence gate says ``(flagged)`` and the problems follow the table. Targets:
     CLIMB NUTS MRE <= 3% and R² >= 0.5 for every language.
 lfo
@@ -74,7 +75,11 @@ def main() -> int:
     verdict, flagged = [], []
     sampler = ["--chains", str(args.chains), "--samples", str(args.samples)]
     sampler += ["--target-accept", str(args.target_accept)]
-    for method, laws in (("nuts", "climb,isolated"), ("map", "climb")):
+    for method, laws in (
+        ("nuts", "climb,isolated"),
+        ("laplace", "climb,isolated"),
+        ("map", "climb"),
+    ):
         extra = sampler if method == "nuts" else []
         res, secs = _evaluate([path, *hold, "--method", method, "--laws", laws, *extra])
         for row in res["rows"]:

@@ -86,8 +86,10 @@ def fit(
         From :func:`read_runs`.
     priors : Priors, optional
         CLIMB's priors (defaults when omitted; :func:`load_priors` reads a TOML file).
-    method : {"nuts", "map"}
-        Full posterior of every law, or point fits (one draw; intervals show noise only).
+    method : {"nuts", "laplace", "map"}
+        Full posterior of every law by NUTS; the same posteriors by Laplace approximation at
+        their modes (``samples`` draws, seconds); or point fits (one draw; intervals show
+        noise only).
     laws : sequence of str
         Laws to fit and stack; must include ``"climb"``. ``("climb",)`` fits CLIMB alone.
     chains, warmup, samples, target_accept, max_tree_depth : int, int, int, float, int

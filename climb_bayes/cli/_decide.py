@@ -129,7 +129,7 @@ def fit_header(fit: object, path: Path) -> str:
         lik = "Student-t(df learned per language)"
     elif pri.likelihood == "student_t":
         lik = f"Student-t(df={pri.fixed_df:g})"
-    kind = "NUTS posterior" if fit.method == "nuts" else "point fit (no parameter uncertainty)"
+    kind = fit.method_label + (" (no parameter uncertainty)" if fit.method == "map" else "")
     return (
         f"fit {path}: {kind}, {fit.n_draws} draw(s), {len(fit.languages)} languages "
         f"({', '.join(fit.languages)}); noise {lik} on log-loss; fitted budgets "

@@ -203,7 +203,7 @@ def predict(
     click.echo(predictive_line(ens, combine))
     if run is not None:
         click.echo(_continuation_line(run, ens))
-    if fit.method != "nuts":
+    if fit.method == "map":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
             "intervals show observation noise only."

@@ -115,10 +115,10 @@ def suggest(
     target_budget = parse_budget(budget)
     fit = load_fit_checked(fit_file, strict)
     langs = fit.languages
-    if fit.method != "nuts" or fit.n_draws < 20:
+    if fit.method == "map" or fit.n_draws < 20:
         raise ClimbError(
-            f"{fit_file}: suggest needs posterior draws (a NUTS fit); this is a "
-            f"{'point fit' if fit.method != 'nuts' else f'fit with {fit.n_draws} draws'}. "
+            f"{fit_file}: suggest needs posterior draws (a NUTS or Laplace fit); this is a "
+            f"{'point fit' if fit.method == 'map' else f'fit with {fit.n_draws} draws'}. "
             f"Refit with `climb-bayes fit --method nuts`."
         )
     if outcomes < 2:

@@ -180,6 +180,8 @@ def fit_gate(fit: Any) -> ConvergenceGate:
         "starts": fit.attrs.get("point_starts", ""),
         "far_from_prior": fit.attrs.get("point_far_from_prior", ""),
     }
+    if fit.method == "laplace":  # its mode search, as every law's Laplace fit
+        climb_info["converged"] = bool(int(fit.attrs.get("laplace_converged", 1)))
     problems += [p.for_law("climb") for p in law_problems(climb_info)]
     weights = json.loads(fit.attrs.get("stacking_weights", "{}") or "{}")
     if "laws" in fit.tree.children:

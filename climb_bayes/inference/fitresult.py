@@ -66,6 +66,14 @@ PARAM_DIMS: dict[str, list[str]] = {
 }
 
 
+METHOD_LABELS = {
+    "nuts": "NUTS posterior",
+    "laplace": "Laplace approximation",
+    "map": "point fit",
+}
+"""How commands name each fitting method's draws."""
+
+
 @dataclass
 class Fit:
     """A fitted CLIMB law: the DataTree plus convenient accessors.
@@ -96,8 +104,14 @@ class Fit:
 
     @property
     def method(self) -> str:
-        """``"nuts"`` or ``"map"``."""
+        """``"nuts"``, ``"laplace"`` or ``"map"``."""
         return str(self.attrs["method"])
+
+    @property
+    def method_label(self) -> str:
+        """What the draws are, in words (``"NUTS posterior"``, ``"Laplace approximation"``,
+        ``"point fit"``)."""
+        return METHOD_LABELS.get(self.method, self.method)
 
     @property
     def priors(self) -> Priors:

@@ -52,7 +52,7 @@ def fit_runs_ensemble(
         The runs table.
     priors : Priors, optional
         CLIMB's priors; the other laws take their noise model and shared priors from it.
-    method : {"nuts", "map"}
+    method : {"nuts", "laplace", "map"}
         Inference of every full fit.
     config : NutsConfig, optional
         Sampler settings (every law).

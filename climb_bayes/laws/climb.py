@@ -134,6 +134,8 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
         diag = fit.diagnostics
         if diag is not None:
             info["diagnostics"] = diag.to_json()
+        if fit.method == "laplace":
+            info["converged"] = bool(int(fit.attrs.get("laplace_converged", 1)))
         info["seconds"] = float(fit.attrs.get("sampling_seconds", np.nan))
     post = fit.tree["posterior"]
     return LawFit(
@@ -160,24 +162,15 @@ def _climb_laplace(
     options: FitOptions,
     log: Callable[[str], None] | None,
 ) -> LawFit:
-    """CLIMB's model (:func:`climb_bayes.model.climb_model.climb_model`) by Laplace approximation:
-    mode searches from the prior centre (transfer off) and from jittered copies of it, as NUTS's
-    chains start (:func:`climb_bayes.inference.nuts.chain_inits`)."""
-    from climb_bayes.inference.laplace import LAPLACE_SEARCHES, laplace_modes, laplace_posterior
-    from climb_bayes.inference.nuts import chain_inits, prior_centre
-    from climb_bayes.model.climb_model import climb_model, model_data, sampler_coordinates
+    """CLIMB's model by Laplace approximation
+    (:func:`climb_bayes.inference.fitting.climb_laplace`), as a :class:`LawFit` without the
+    DataTree that ``fit --method laplace`` builds (the inner folds refit it many times)."""
+    from climb_bayes.inference.fitting import climb_laplace
+    from climb_bayes.inference.laplace import laplace_modes
+    from climb_bayes.model.climb_model import model_data
 
     data = model_data(runs, options.priors)
-    start = sampler_coordinates(prior_centre(data, options.priors), data, options.priors)
-    key_start, key = jax.random.split(jax.random.PRNGKey(options.seed))
-    res = laplace_posterior(
-        climb_model,
-        (data, options.priors),
-        start,
-        key=key,
-        n_draws=options.samples,
-        starts=chain_inits(key_start, data, options.priors, LAPLACE_SEARCHES - 1, start),
-    )
+    res = climb_laplace(data, options.priors, options.seed, options.samples)
     sm = res.samples
     params = to_reference_units(
         LawParams(sm["log_B"], sm["beta"], sm["log_E"], sm["b"], sm["k"], sm["eta"]), data.d_ref

@@ -149,8 +149,7 @@ def _grid(n: int) -> tuple[Figure, np.ndarray]:
 def _suptitle(fig: Figure, fit: Fit, text: str) -> None:
     label = str(fit.attrs.get("data_label", "") or "")
     extra = f" - {label}" if label else ""
-    method = "point fit" if fit.method == "map" else "NUTS posterior"
-    fig.suptitle(f"{text} ({method}{extra})", fontsize=10)
+    fig.suptitle(f"{text} ({fit.method_label}{extra})", fontsize=10)
 
 
 # -- plot kinds ----------------------------------------------------------------------------------
@@ -420,13 +419,13 @@ def _worst_parameters(fit: Fit, n: int) -> list[tuple[str, dict]]:
 
 def plot_trace(fit: Fit, n_params: int = 4) -> Figure:
     """Trace (left) and rank (right) plots of the ``n_params`` worst-mixing latent parameters
-    (largest R-hat); a point fit gets a figure saying there are no chains."""
+    (largest R-hat); a point fit or Laplace fit gets a figure saying there are no chains."""
     post = fit.tree["posterior"]
-    if fit.method == "map" or post.sizes["draw"] < 2:
+    if fit.method != "nuts" or post.sizes["draw"] < 2:
         fig, ax = plt.subplots(figsize=(6, 2))
         ax.set_axis_off()
         ax.set_title("Trace / rank plots", fontsize=10)
-        ax.text(0.5, 0.5, "point fit: no MCMC chains to show", ha="center", va="center")
+        ax.text(0.5, 0.5, f"{fit.method_label}: no MCMC chains to show", ha="center", va="center")
         return fig
     chosen = _worst_parameters(fit, n_params)
     fig, axes = plt.subplots(len(chosen), 2, figsize=(10, 2.1 * len(chosen)), squeeze=False)

@@ -54,11 +54,13 @@ def parameter_table(fit: Fit) -> pd.DataFrame:
     point fit."""
     post = fit.tree["posterior"]
     names = [n for n in _PARAMS if n in post]
-    if fit.method == "nuts":
+    if fit.method != "map":
         try:
             import arviz_stats as azs
 
-            return azs.summary(fit.tree, var_names=names, ci_prob=0.9)
+            # one chain of independent Laplace draws: no R-hat or ESS to report
+            kind = "all" if fit.method == "nuts" else "stats"
+            return azs.summary(fit.tree, var_names=names, kind=kind, ci_prob=0.9)
         except Exception:  # noqa: BLE001 - fall back to a plain table below
             pass
     rows = {}
@@ -224,7 +226,7 @@ def render_report(
         out.append(f'<p class="warn" id="data-label"><b>SYNTHETIC DATA:</b> {_esc(label)}</p>')
     elif label:
         out.append(f'<p class="note" id="data-label">Data: {_esc(label)}</p>')
-    method = "NUTS posterior" if fit.method == "nuts" else "point fit (MAP; no uncertainty)"
+    method = fit.method_label + (" (MAP; no uncertainty)" if fit.method == "map" else "")
     out.append(
         f'<p class="note">Method: {_esc(method)}; {fit.n_draws} draws; likelihood '
         f"{_esc(fit.attrs.get('likelihood', ''))}; climb-bayes "

@@ -107,6 +107,24 @@ def test_cli_simulate_then_fit_map_then_summary(tmp_path, capsys):
     assert "transfer b" in capsys.readouterr().out
 
 
+def test_cli_fit_laplace_then_predict_and_suggest(tmp_path, capsys, sim_frame3):
+    """``fit --method laplace``: every law by Laplace approximation; the commands that need
+    posterior draws take it (a point fit they refuse or mark)."""
+    runs = tmp_path / "runs.csv"
+    sim_frame3.to_csv(runs, index=False)
+    out = tmp_path / "fit.nc"
+    assert main(["fit", str(runs), "--method", "laplace", "--samples", "400", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "method: laplace, 400 draw(s)" in text and "mode search converged" in text
+    assert "diagnostics:" not in text and "weights:" in text
+    assert main(["predict", str(out), "--budget", "1e11", "--mixture", "uniform"]) == 0
+    text = capsys.readouterr().out
+    assert "Laplace approximation, 400 draw(s)" in text and "one draw" not in text
+    argv = ["suggest", str(out), "--budget", "1e11", "--max-draws", "100", "--outcomes", "8"]
+    assert main([*argv, "--n-random", "2", "--top", "2"]) == 0
+    assert "why:" in capsys.readouterr().out
+
+
 def test_cli_fit_strict_fails_on_unconverged_chains(tmp_path, sim_frame3):
     runs = tmp_path / "runs.csv"
     sim_frame3.to_csv(runs, index=False)

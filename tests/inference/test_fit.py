@@ -126,3 +126,44 @@ def test_one_point_per_run_fits_without_the_unidentified_run_effect(sim_frame3):
     # the same runs with their tails keep it
     tails = fit_runs(runs_from_frame(sim_frame3), method="map", seed=0, n_starts=2)
     assert tails.priors.run_effect is True and "sigma_run" in tails.tree["posterior"].data_vars
+
+
+@pytest.fixture(scope="module")
+def laplace_fit(runs):
+    return fit_runs(runs, method="laplace", config=CONFIG, seed=1)
+
+
+def test_laplace_fit_recovers_what_nuts_recovers(laplace_fit, fit, world, tmp_path):
+    """``method="laplace"``: the same model at its modes, ``samples`` draws as one chain. It
+    must recover the simulated world as NUTS does (the same 90% checks and the 10x
+    extrapolation tolerance) and sit where NUTS's posterior is (medians within half a NUTS
+    posterior sd for the per-language parameters)."""
+    from climb_bayes.inference.convergence import fit_gate
+    from climb_bayes.inference.fitresult import load_fit
+
+    post = laplace_fit.tree["posterior"]
+    assert (post.sizes["chain"], post.sizes["draw"]) == (1, CONFIG.samples)
+    assert laplace_fit.diagnostics is None and "sample_stats" not in laplace_fit.tree.children
+    assert fit_gate(laplace_fit).ok and laplace_fit.attrs["laplace_converged"] == 1
+    for name, truth in (("B", world.B), ("beta", world.beta), ("E", world.E), ("eta", world.eta)):
+        cov = _covered(laplace_fit.draws(name), truth)
+        assert cov.all(), f"{name}: truth {truth} not in 90% interval for {np.flatnonzero(~cov)}"
+        gap = np.abs(np.median(laplace_fit.draws(name), 0) - np.median(fit.draws(name), 0))
+        assert np.all(gap < 0.5 * np.std(fit.draws(name), 0)), (name, gap)
+    assert _extrapolation_error(laplace_fit, world).max() < 0.015
+    path = tmp_path / "laplace.nc"
+    laplace_fit.save(path)
+    again = load_fit(path)
+    assert again.method == "laplace" and again.method_label == "Laplace approximation"
+    np.testing.assert_array_equal(again.draws("b"), laplace_fit.draws("b"))
+
+
+def test_laplace_fit_whose_mode_search_failed_is_flagged(laplace_fit):
+    from climb_bayes.inference.convergence import fit_gate
+    from climb_bayes.inference.fitresult import Fit
+
+    tree = laplace_fit.tree.copy()
+    tree.attrs = {**tree.attrs, "laplace_converged": 0}
+    gate = fit_gate(Fit(tree))
+    assert gate.problems == ("climb: optimizer did not converge",)
+    assert "Refit with --method nuts" in gate.warning()
