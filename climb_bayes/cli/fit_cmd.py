@@ -248,6 +248,24 @@ def fit(
             )
 
 
+def _laplace_summary(attrs) -> str:
+    """One line on a Laplace fit: its modes, its mode search and its Pareto k."""
+    ok = bool(int(attrs.get("laplace_converged", 1)))
+    line = f"Laplace approximation: {attrs.get('laplace_modes', '')}; mode search " + (
+        "converged" if ok else "did NOT converge"
+    )
+    if "laplace_pareto_k" in attrs:
+        k, k_max = float(attrs["laplace_pareto_k"]), float(attrs["laplace_pareto_k_max"])
+        verdict = (
+            "the Gaussian matches the posterior where it draws"
+            if k <= k_max
+            else "the posterior is far from the Gaussian at its mode: its intervals are not "
+            "reliable; --method nuts"
+        )
+        line += f"; Pareto k {k:.2f} (want <= {k_max:.2f}: {verdict})"
+    return line
+
+
 def _summary_text(result) -> str:
     import numpy as np
 
@@ -261,13 +279,7 @@ def _summary_text(result) -> str:
     if result.diagnostics is not None:
         lines += ["", "diagnostics:", result.diagnostics.report()]
     if result.method == "laplace":
-        ok = bool(int(result.attrs.get("laplace_converged", 1)))
-        lines += [
-            "",
-            f"Laplace approximation: {result.attrs.get('laplace_modes', '')}; mode search "
-            + ("converged" if ok else "did NOT converge")
-            + " (a Gaussian at each mode: --method nuts checks what it cannot)",
-        ]
+        lines += ["", _laplace_summary(result.attrs)]
     what = "posterior median [5%, 95%]" if result.n_draws > 1 else "point estimate"
     lines += ["", f"per-language parameters ({what}):"]
 

@@ -35,6 +35,7 @@ __all__ = [
     "ConvergenceGate",
     "law_problems",
     "starts_problem",
+    "laplace_info",
     "fit_gate",
     "MIN_STACK_WEIGHT",
 ]
@@ -47,9 +48,10 @@ class Problem(str):
     """One failed check: its text as printed, and :attr:`kind`, which fix it needs.
 
     ``"sampler"`` (R-hat, ESS, divergences, tree depth, E-BFMI: more draws or a higher target
-    acceptance), ``"point_fit"`` (the text names the fix) or ``"optimizer"`` (a Laplace mode
-    search that did not converge). A ``str`` so that the lists of problems print and compare as
-    text.
+    acceptance), ``"point_fit"`` (the text names the fix), ``"optimizer"`` (a Laplace mode
+    search that did not converge) or ``"approximation"`` (a Laplace approximation whose Pareto
+    k says the posterior is far from Gaussian). A ``str`` so that the lists of problems print
+    and compare as text.
     """
 
     kind: str
@@ -87,7 +89,7 @@ class ConvergenceGate(NamedTuple):
         if "sampler" in kinds:
             fix = " Refit with more --warmup/--samples or a higher --target-accept"
         elif not any("--method nuts" in p for p in self.problems):  # not said already
-            fix = " Refit with --method nuts"  # a failed point fit or Laplace mode search
+            fix = " Refit with --method nuts"  # a failed point fit or Laplace approximation
         return (
             f"WARNING: fit{where} did not converge ({'; '.join(self.problems)}); numbers computed "
             f"from it are not trustworthy.{fix} (--strict refuses)."
@@ -156,6 +158,23 @@ def law_problems(info: Mapping[str, Any]) -> list[Problem]:
         out.append(Problem(text, "point_fit"))
     if info.get("converged") is False:
         out.append(Problem("optimizer did not converge", "optimizer"))
+    k, k_max = info.get("pareto_k"), info.get("pareto_k_max")
+    if k is not None and k_max is not None and not float(k) <= float(k_max):
+        text = (
+            f"Laplace approximation: Pareto k {float(k):.2f} > {float(k_max):.2f} (the posterior "
+            "is far from the Gaussian at its mode)"
+        )
+        out.append(Problem(text, "approximation"))
+    return out
+
+
+def laplace_info(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A Laplace fit file's record of its mode search and Pareto k (``fit --method laplace``),
+    in the keys of a law's ``info`` that :func:`law_problems` checks."""
+    out: dict[str, Any] = {"converged": bool(int(attrs.get("laplace_converged", 1)))}
+    if "laplace_pareto_k" in attrs:
+        out["pareto_k"] = float(attrs["laplace_pareto_k"])
+        out["pareto_k_max"] = float(attrs["laplace_pareto_k_max"])
     return out
 
 
@@ -180,8 +199,8 @@ def fit_gate(fit: Any) -> ConvergenceGate:
         "starts": fit.attrs.get("point_starts", ""),
         "far_from_prior": fit.attrs.get("point_far_from_prior", ""),
     }
-    if fit.method == "laplace":  # its mode search, as every law's Laplace fit
-        climb_info["converged"] = bool(int(fit.attrs.get("laplace_converged", 1)))
+    if fit.method == "laplace":  # its mode search and Pareto k, as every law's Laplace fit
+        climb_info |= laplace_info(fit.attrs)
     problems += [p.for_law("climb") for p in law_problems(climb_info)]
     weights = json.loads(fit.attrs.get("stacking_weights", "{}") or "{}")
     if "laws" in fit.tree.children:

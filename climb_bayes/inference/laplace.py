@@ -52,6 +52,8 @@ __all__ = [
     "LaplaceResult",
     "laplace_modes",
     "laplace_posterior",
+    "approximation_pareto_k",
+    "pareto_k_threshold",
     "START_CANDIDATES",
     "MODE_GAP",
     "ModeStarts",
@@ -83,6 +85,10 @@ class LaplaceResult(NamedTuple):
         weight.
     mode_weights : numpy.ndarray
         ``(modes,)`` share of the draws each mode's Gaussian got (normalised Laplace evidence).
+    pareto_k : float
+        How well the Gaussians approximate the posterior at the draws: Pareto k-hat of the
+        importance ratios posterior / approximation (:func:`approximation_pareto_k`; above
+        :func:`pareto_k_threshold` the approximation is unreliable). ``nan`` when not computed.
     """
 
     samples: dict[str, np.ndarray]
@@ -91,6 +97,7 @@ class LaplaceResult(NamedTuple):
     min_eigenvalue: float
     mode_potentials: np.ndarray
     mode_weights: np.ndarray
+    pareto_k: float = float("nan")
 
 
 SEARCH_ITERATIONS = 150
@@ -255,6 +262,8 @@ def laplace_posterior(
         z[sel] = np.asarray(mode.search.x)[None, :] + eps[sel] @ root.T
     post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
+    log_q = _mixture_log_density(z, modes, mass / mass.sum())
+    log_p = -np.asarray(jax.jit(jax.vmap(potential))(jnp.asarray(z)))
     top = modes[0]
     return LaplaceResult(
         samples,
@@ -263,7 +272,59 @@ def laplace_posterior(
         float(top.w.min()),
         np.array([float(m.search.fun) for m in modes]),
         mass / mass.sum(),
+        approximation_pareto_k(log_p - log_q),
     )
+
+
+def _mixture_log_density(z: np.ndarray, modes: list[_Mode], weights: np.ndarray) -> np.ndarray:
+    """``(n,)`` log density of the draws ``z`` under the weighted mixture of the modes'
+    Gaussians (mean at the mode, covariance ``v diag(1 / w_kept) v^T``)."""
+    per_mode = []
+    for mode, weight in zip(modes, weights, strict=True):
+        u = (z - np.asarray(mode.search.x)[None, :]) @ mode.v * np.sqrt(mode.w_kept)[None, :]
+        log_det = np.sum(np.log(mode.w_kept))  # log det of the precision
+        per_mode.append(
+            np.log(weight) - 0.5 * np.sum(u**2, axis=1) + 0.5 * log_det
+            - 0.5 * z.shape[1] * np.log(2.0 * np.pi)
+        )  # fmt: skip
+    return np.asarray(jax.scipy.special.logsumexp(np.stack(per_mode), axis=0))
+
+
+def pareto_k_threshold(n_draws: int) -> float:
+    """Pareto k-hat above which importance sampling with ``n_draws`` draws is unreliable:
+    ``min(1 - 1 / log10(n), 0.7)`` (Vehtari et al. 2024; 0.7 from 2,200 draws up)."""
+    return float(min(1.0 - 1.0 / np.log10(max(n_draws, 11)), 0.7))
+
+
+def approximation_pareto_k(log_ratio: np.ndarray) -> float:
+    """Pareto k-hat of importance log-ratios ``log p(z) - log q(z)`` at draws from ``q``.
+
+    The diagnostic of Yao, Vehtari, Simpson & Gelman (2018) for an approximate posterior ``q``:
+    the tail shape of the ratios that Pareto-smoothed importance sampling would use to correct
+    it. Below about 0.7 ``q`` is close enough for its draws to be reweighted; above, the
+    posterior has mass (a heavier tail, a ridge, another mode) the approximation misses, and
+    its intervals should not be trusted. Computed by arviz-stats' PSIS (the ``azstats``
+    accessor's ``psislw``, which takes log-likelihoods of leave-one-out ratios ``1 / lik``, so
+    it is given ``-log_ratio``). A small value does not prove the approximation good: ratios
+    are only seen where ``q`` draws, so mass far from every mode it found stays unseen.
+
+    References
+    ----------
+    .. [1] Yao, Vehtari, Simpson & Gelman (2018), "Yes, but Did It Work?: Evaluating
+       Variational Inference", ICML.
+    .. [2] Vehtari, Simpson, Gelman, Yao & Gabry (2024), "Pareto Smoothed Importance
+       Sampling", JMLR 25(72).
+    """
+    import arviz_stats  # noqa: F401 - registers the azstats accessor
+    import xarray as xr
+
+    r = np.asarray(log_ratio, dtype=float)
+    if r.size < 10 or not np.all(np.isfinite(r)):
+        return float("inf") if r.size >= 10 else float("nan")
+    if np.ptp(r) <= 1e-12 * max(1.0, float(np.abs(r).max())):
+        return 0.0  # q is p up to a constant: the ratios have no tail (PSIS refuses to fit one)
+    _, khat = xr.DataArray(r.max() - r, dims=["draw"]).azstats.psislw(dim="draw")
+    return float(khat)
 
 
 def _mode_searches(

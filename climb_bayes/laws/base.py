@@ -846,7 +846,12 @@ def fit_laplace(
     shared by Laplace evidence (:func:`climb_bayes.inference.laplace.laplace_posterior`):
     seconds where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
     """
-    from climb_bayes.inference.laplace import LAPLACE_SEARCHES, laplace_modes, laplace_posterior
+    from climb_bayes.inference.laplace import (
+        LAPLACE_SEARCHES,
+        laplace_modes,
+        laplace_posterior,
+        pareto_k_threshold,
+    )
 
     options = options or FitOptions()
     log = log or (lambda _msg: None)
@@ -896,5 +901,11 @@ def fit_laplace(
         likelihood_df(options.priors, res.samples),
         sigma_run=res.samples.get("sigma_run"),
         fit_obs=obs,
-        info={"seconds": seconds, "converged": res.converged, "n_fit": obs.n},
+        info={
+            "seconds": seconds,
+            "converged": res.converged,
+            "pareto_k": res.pareto_k,
+            "pareto_k_max": pareto_k_threshold(options.samples),
+            "n_fit": obs.n,
+        },
     )

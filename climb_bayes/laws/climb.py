@@ -135,7 +135,9 @@ def lawfit_from_fit(fit: Any, law: ClimbLaw | None = None) -> LawFit:
         if diag is not None:
             info["diagnostics"] = diag.to_json()
         if fit.method == "laplace":
-            info["converged"] = bool(int(fit.attrs.get("laplace_converged", 1)))
+            from climb_bayes.inference.convergence import laplace_info
+
+            info |= laplace_info(fit.attrs)
         info["seconds"] = float(fit.attrs.get("sampling_seconds", np.nan))
     post = fit.tree["posterior"]
     return LawFit(
@@ -166,7 +168,7 @@ def _climb_laplace(
     (:func:`climb_bayes.inference.fitting.climb_laplace`), as a :class:`LawFit` without the
     DataTree that ``fit --method laplace`` builds (the inner folds refit it many times)."""
     from climb_bayes.inference.fitting import climb_laplace
-    from climb_bayes.inference.laplace import laplace_modes
+    from climb_bayes.inference.laplace import laplace_modes, pareto_k_threshold
     from climb_bayes.model.climb_model import model_data
 
     data = model_data(runs, options.priors)
@@ -186,7 +188,13 @@ def _climb_laplace(
         sm["sigma"],
         options.priors.likelihood,
         likelihood_df(options.priors, sm),
-        info={"converged": res.converged, "n_fit": usable.n, "n_params": law.n_params(usable.m)},
+        info={
+            "converged": res.converged,
+            "pareto_k": res.pareto_k,
+            "pareto_k_max": pareto_k_threshold(options.samples),
+            "n_fit": usable.n,
+            "n_params": law.n_params(usable.m),
+        },
         sigma_run=sm.get("sigma_run"),
         fit_obs=Observations.from_runs(runs),
     )

@@ -145,6 +145,8 @@ def test_laplace_fit_recovers_what_nuts_recovers(laplace_fit, fit, world, tmp_pa
     assert (post.sizes["chain"], post.sizes["draw"]) == (1, CONFIG.samples)
     assert laplace_fit.diagnostics is None and "sample_stats" not in laplace_fit.tree.children
     assert fit_gate(laplace_fit).ok and laplace_fit.attrs["laplace_converged"] == 1
+    # a well-identified world: the Gaussian at the mode is close to the posterior
+    assert laplace_fit.attrs["laplace_pareto_k"] <= laplace_fit.attrs["laplace_pareto_k_max"]
     for name, truth in (("B", world.B), ("beta", world.beta), ("E", world.E), ("eta", world.eta)):
         cov = _covered(laplace_fit.draws(name), truth)
         assert cov.all(), f"{name}: truth {truth} not in 90% interval for {np.flatnonzero(~cov)}"
@@ -158,12 +160,22 @@ def test_laplace_fit_recovers_what_nuts_recovers(laplace_fit, fit, world, tmp_pa
     np.testing.assert_array_equal(again.draws("b"), laplace_fit.draws("b"))
 
 
-def test_laplace_fit_whose_mode_search_failed_is_flagged(laplace_fit):
+def test_laplace_fit_whose_mode_search_failed_or_whose_pareto_k_is_high_is_flagged(laplace_fit):
     from climb_bayes.inference.convergence import fit_gate
     from climb_bayes.inference.fitresult import Fit
 
-    tree = laplace_fit.tree.copy()
-    tree.attrs = {**tree.attrs, "laplace_converged": 0}
-    gate = fit_gate(Fit(tree))
+    def gate_with(**attrs):
+        tree = laplace_fit.tree.copy()
+        tree.attrs = {**tree.attrs, **attrs}
+        return fit_gate(Fit(tree))
+
+    gate = gate_with(laplace_converged=0)
     assert gate.problems == ("climb: optimizer did not converge",)
+    assert "Refit with --method nuts" in gate.warning()
+    gate = gate_with(laplace_pareto_k=2.1)
+    assert gate.problems == (
+        "climb: Laplace approximation: Pareto k 2.10 > 0.67 (the posterior is far from the "
+        "Gaussian at its mode)",
+    )
+    assert gate.problems[0].kind == "approximation"
     assert "Refit with --method nuts" in gate.warning()

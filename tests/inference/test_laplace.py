@@ -181,3 +181,30 @@ def test_laplace_mixes_the_modes_its_searches_reach_by_their_evidence():
     np.testing.assert_allclose(x[left].std(0), [0.5, 0.5], rtol=0.08)
     np.testing.assert_allclose(x[~left].std(0), [0.25, 0.25], rtol=0.08)
     assert both.converged and both.potential == both.mode_potentials[0]
+
+
+def _spike_and_slab() -> None:
+    """Half the mass in a spike of sd 0.1 at 0, half in a slab of sd 3 around it: the curvature
+    at the mode is the spike's, the spread the slab's."""
+    x = numpyro.sample("x", dist.Normal(0.0, 100.0))
+    both = jnp.stack([dist.Normal(0.0, 0.1).log_prob(x), dist.Normal(0.0, 3.0).log_prob(x)])
+    numpyro.factor("mix", logsumexp(both) - jnp.log(2.0))
+
+
+def test_pareto_k_tells_a_gaussian_posterior_from_a_heavy_tailed_one():
+    """The Laplace fit's Pareto k (Yao et al. 2018): the two-bump mixture is exactly a mixture
+    of Gaussians, which the approximation reproduces (k well below 0.7); a spike-and-slab
+    posterior has mass far beyond the curvature at its mode (k above 0.7)."""
+    from climb_bayes.inference.laplace import approximation_pareto_k, pareto_k_threshold
+
+    starts = {"x": np.array([[2.0, 2.5], [-3.5, -2.5]])}
+    key = jax.random.PRNGKey(0)
+    both = laplace_posterior(
+        _unequal_bumps, (), {"x": np.array([-2.0, -2.0])}, key=key, n_draws=4000, starts=starts
+    )
+    heavy = laplace_posterior(_spike_and_slab, (), {"x": np.array(0.5)}, key=key, n_draws=4000)
+    assert pareto_k_threshold(4000) == 0.7 and round(pareto_k_threshold(400), 3) == 0.616
+    assert both.pareto_k < 0.3, both.pareto_k
+    assert heavy.pareto_k > 0.7, heavy.pareto_k
+    assert approximation_pareto_k(np.full(100, 3.0)) < 0.7  # q = p up to a constant
+    assert approximation_pareto_k(np.r_[np.zeros(99), np.inf]) == np.inf
