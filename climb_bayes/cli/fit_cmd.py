@@ -365,6 +365,22 @@ def _ensemble_lines(result) -> list[str]:
                 f"    {k:<{name_w}} n={r['n']:<5} MRE {b['mre']:.1%}  cov50 {a['cov50']:.2f} -> "
                 f"{b['cov50']:.2f}  cov90 {a['cov90']:.2f} -> {b['cov90']:.2f}"
             )
+    rough = [
+        f"{k} (Pareto k up to {lfo[k]['fold_pareto_k']:.2f})"
+        for k in order
+        if isinstance(lfo.get(k), dict)
+        and not lfo[k].get("fold_pareto_k", 0.0) <= lfo[k].get("fold_pareto_k_max", np.inf)
+    ]
+    if rough:
+        lines += textwrap.wrap(
+            "the folds' Laplace refits are far from their posteriors for "
+            + ", ".join(rough)
+            + ": the discrepancies and weights above rest on them; `--lfo nuts` refits the "
+            "folds by NUTS (minutes)",
+            TABLE_WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
     disc = result.discrepancy("climb")
     if disc is not None:
         # the sd at 10x each language's largest fitted budget: a number in log-loss units

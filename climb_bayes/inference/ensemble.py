@@ -531,6 +531,7 @@ def fit_ensemble(
     fold_parts: dict[str, list[tuple[LawFit, Observations, PredictiveParts]]] = {
         law.name: [] for law in laws
     }
+    fold_k: dict[str, list[tuple[float, float]]] = {law.name: [] for law in laws}
     for f, fold in enumerate(folds):
         train, test = common.select(fold.fit), common.select(fold.test)
         log(
@@ -544,7 +545,11 @@ def fit_ensemble(
             r, parts = _fold_residuals(fold_fit, test, f, obs.m)
             resid[law.name].append(r)
             fold_parts[law.name].append((fold_fit, test, parts))
-            log(f"  {law.name}: fold fit in {time.perf_counter() - t0:.1f} s")
+            k = fold_fit.info.get("pareto_k")
+            if k is not None:
+                fold_k[law.name].append((float(k), float(fold_fit.info["pareto_k_max"])))
+            how = "" if k is None else f" (Laplace, Pareto k {float(k):.2f})"
+            log(f"  {law.name}: fold fit in {time.perf_counter() - t0:.1f} s{how}")
     lo, hi = budget_range(common)
     lfo_summary: dict[str, Any] = {}
     discs: dict[str, Discrepancy | None] = {}
@@ -561,6 +566,9 @@ def fit_ensemble(
                 f"median tau {', '.join(f'{t:.3f}' for t in tau)} per squared unit of log D"
             )
         lfo_summary[law.name] = {"folds": len(folds), "prior_median": prior.median}
+        if fold_k[law.name]:  # the Laplace fold refits' worst Pareto k and its threshold
+            worst = max(fold_k[law.name], key=lambda kk: kk[0] - kk[1])
+            lfo_summary[law.name] |= {"fold_pareto_k": worst[0], "fold_pareto_k_max": worst[1]}
     if folds and ens.correlate and len(laws) > 1:
         corr = error_correlation([LfoResiduals.concat(resid[law.name]).z for law in laws])
         for a, law in enumerate(laws):

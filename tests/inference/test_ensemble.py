@@ -226,3 +226,18 @@ def test_psis_loo_returns_pareto_k_instead_of_warning():
     assert elpd.shape == khat.shape == (20,)
     assert 0.5 < good_k <= 0.7
     assert (khat[:5] < good_k).all() and (khat[5:] > good_k).any()
+
+
+def test_laplace_fold_refits_record_their_pareto_k(isolated_world):
+    """Laplace fold refits (the default ``--lfo``) carry the worst fold's Pareto k and its
+    threshold into the LFO summary, which ``fit`` prints when a law's folds are unreliable;
+    point-fit folds have none."""
+    laws = [get_law("isolated"), ConstantLaw()]
+    opts = FitOptions(n_starts=1, max_iter=300, samples=400)
+    ens = fit_ensemble(isolated_world, laws, opts, EnsembleOptions(method="laplace", lfo="laplace"))
+    for name in ("isolated", "constant"):
+        rec = ens.lfo[name]
+        assert np.isfinite(rec["fold_pareto_k"]), rec
+        assert rec["fold_pareto_k_max"] == pytest.approx(1 - 1 / np.log10(400))
+    off = fit_ensemble(isolated_world, laws, opts, EnsembleOptions(method="map", lfo="map"))
+    assert "fold_pareto_k" not in off.lfo["isolated"]
