@@ -369,7 +369,7 @@ def _ensemble_lines(result) -> list[str]:
         f"{k} (Pareto k up to {lfo[k]['fold_pareto_k']:.2f})"
         for k in order
         if isinstance(lfo.get(k), dict)
-        and not lfo[k].get("fold_pareto_k", 0.0) <= lfo[k].get("fold_pareto_k_max", np.inf)
+        and lfo[k].get("fold_pareto_k", 0.0) > lfo[k].get("fold_pareto_k_max", np.inf)
     ]
     if rough:
         lines += textwrap.wrap(

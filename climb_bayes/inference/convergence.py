@@ -159,7 +159,7 @@ def law_problems(info: Mapping[str, Any]) -> list[Problem]:
     if info.get("converged") is False:
         out.append(Problem("optimizer did not converge", "optimizer"))
     k, k_max = info.get("pareto_k"), info.get("pareto_k_max")
-    if k is not None and k_max is not None and not float(k) <= float(k_max):
+    if k is not None and k_max is not None and float(k) > float(k_max):  # nan: not computed
         text = (
             f"Laplace approximation: Pareto k {float(k):.2f} > {float(k_max):.2f} (the posterior "
             "is far from the Gaussian at its mode)"

@@ -546,7 +546,7 @@ def fit_ensemble(
             resid[law.name].append(r)
             fold_parts[law.name].append((fold_fit, test, parts))
             k = fold_fit.info.get("pareto_k")
-            if k is not None:
+            if k is not None and not np.isnan(k):  # nan: too few draws to tell
                 fold_k[law.name].append((float(k), float(fold_fit.info["pareto_k_max"])))
             how = "" if k is None else f" (Laplace, Pareto k {float(k):.2f})"
             log(f"  {law.name}: fold fit in {time.perf_counter() - t0:.1f} s{how}")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from climb_bayes.inference.ensemble import LawEnsemble
     from climb_bayes.model.discrepancy import Discrepancy
 
-__all__ = ["Fit", "load_fit", "FORMAT_VERSION", "PARAM_DIMS"]
+__all__ = ["Fit", "load_fit", "FORMAT_VERSION", "PARAM_DIMS", "METHOD_LABELS"]
 
 FORMAT_VERSION = 2
 """2: run-effect likelihood (log-likelihood per run group), other laws, discrepancy, stacking.
