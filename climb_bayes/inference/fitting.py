@@ -27,7 +27,6 @@ from climb_bayes.inference.laplace import (
     LaplaceResult,
     laplace_modes,
     laplace_posterior,
-    pareto_k_threshold,
 )
 from climb_bayes.inference.nuts import NutsConfig, chain_inits, prior_centre, run_nuts
 from climb_bayes.inference.nuts_blocks import run_blocked_nuts, use_language_blocks
@@ -340,7 +339,7 @@ def fit_runs(
         attrs["laplace_converged"] = int(res.converged)
         attrs["laplace_modes"] = laplace_modes(res)
         attrs["laplace_pareto_k"] = float(res.pareto_k)
-        attrs["laplace_pareto_k_max"] = pareto_k_threshold(config.samples)
+        attrs["laplace_pareto_k_max"] = float(res.pareto_k_max)
         attrs["sampling_seconds"] = float(elapsed)
     elif method == "map":
         tree = _map_tree(k_pp, data, priors, point, runs)

@@ -89,6 +89,8 @@ class LaplaceResult(NamedTuple):
         How well the Gaussians approximate the posterior at the draws: Pareto k-hat of the
         importance ratios posterior / approximation (:func:`approximation_pareto_k`; above
         :func:`pareto_k_threshold` the approximation is unreliable). ``nan`` when not computed.
+    pareto_k_max : float
+        That threshold for the number of draws (:func:`pareto_k_threshold`).
     """
 
     samples: dict[str, np.ndarray]
@@ -98,6 +100,7 @@ class LaplaceResult(NamedTuple):
     mode_potentials: np.ndarray
     mode_weights: np.ndarray
     pareto_k: float = float("nan")
+    pareto_k_max: float = 0.7
 
 
 SEARCH_ITERATIONS = 150
@@ -262,7 +265,8 @@ def laplace_posterior(
         z[sel] = np.asarray(mode.search.x)[None, :] + eps[sel] @ root.T
     post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
-    log_q = _mixture_log_density(z, modes, mass / mass.sum())
+    weights = mass / mass.sum()
+    log_q = _mixture_log_density(z, modes, weights)
     log_p = -np.asarray(jax.jit(jax.vmap(potential))(jnp.asarray(z)))
     top = modes[0]
     return LaplaceResult(
@@ -271,8 +275,9 @@ def laplace_posterior(
         bool(top.search.success),
         float(top.w.min()),
         np.array([float(m.search.fun) for m in modes]),
-        mass / mass.sum(),
+        weights,
         approximation_pareto_k(log_p - log_q),
+        pareto_k_threshold(n_draws),
     )
 
 

@@ -846,12 +846,7 @@ def fit_laplace(
     shared by Laplace evidence (:func:`climb_bayes.inference.laplace.laplace_posterior`):
     seconds where NUTS takes minutes; used for the leave-future-out refits of the ensemble.
     """
-    from climb_bayes.inference.laplace import (
-        LAPLACE_SEARCHES,
-        laplace_modes,
-        laplace_posterior,
-        pareto_k_threshold,
-    )
+    from climb_bayes.inference.laplace import LAPLACE_SEARCHES, laplace_modes, laplace_posterior
 
     options = options or FitOptions()
     log = log or (lambda _msg: None)
@@ -905,7 +900,7 @@ def fit_laplace(
             "seconds": seconds,
             "converged": res.converged,
             "pareto_k": res.pareto_k,
-            "pareto_k_max": pareto_k_threshold(options.samples),
+            "pareto_k_max": res.pareto_k_max,
             "n_fit": obs.n,
         },
     )

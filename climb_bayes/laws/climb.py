@@ -168,7 +168,7 @@ def _climb_laplace(
     (:func:`climb_bayes.inference.fitting.climb_laplace`), as a :class:`LawFit` without the
     DataTree that ``fit --method laplace`` builds (the inner folds refit it many times)."""
     from climb_bayes.inference.fitting import climb_laplace
-    from climb_bayes.inference.laplace import laplace_modes, pareto_k_threshold
+    from climb_bayes.inference.laplace import laplace_modes
     from climb_bayes.model.climb_model import model_data
 
     data = model_data(runs, options.priors)
@@ -191,7 +191,7 @@ def _climb_laplace(
         info={
             "converged": res.converged,
             "pareto_k": res.pareto_k,
-            "pareto_k_max": pareto_k_threshold(options.samples),
+            "pareto_k_max": res.pareto_k_max,
             "n_fit": usable.n,
             "n_params": law.n_params(usable.m),
         },
