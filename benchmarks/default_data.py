@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+HOLDOUT = "run_id~holdout"
 TARGET_MRE = 0.03
 TARGET_R2 = 0.5
 
@@ -63,8 +64,8 @@ def _shipped_on_holdouts(path: str, args: argparse.Namespace, verdict: list[str]
     command line has no holdout mode for the stack, so this calls
     :func:`climb_bayes.evaluation.lfo_evaluate.evaluate_extrapolation` as
     ``benchmarks/real_data.py`` does."""
-    import numpy as np
 
+    from climb_bayes.data.holdout import exclude_mask
     from climb_bayes.data.observations import Observations
     from climb_bayes.data.runs import read_runs
     from climb_bayes.evaluation.lfo_evaluate import STACKED, evaluate_extrapolation
@@ -77,7 +78,7 @@ def _shipped_on_holdouts(path: str, args: argparse.Namespace, verdict: list[str]
 
     runs = read_runs(path)
     obs = Observations.from_runs(runs)
-    held = np.array(["holdout" in obs.run_ids[i] for i in obs.run])
+    held = exclude_mask(runs, HOLDOUT)[obs.run]  # the --holdout of the rows above
     options = FitOptions(
         n_starts=8,
         seed=0,
@@ -127,7 +128,7 @@ def main() -> int:
     from climb_bayes.inference.convergence import law_problems
 
     path = str(dataset_path(args.dataset))
-    hold = ["--holdout", "run_id~holdout"]
+    hold = ["--holdout", HOLDOUT]
     lines = [
         "| check | law | method | n | MRE | R² per group | R² pooled | cov50 | cov90 | s |",
         "|---|---|---|---|---|---|---|---|---|---|",
