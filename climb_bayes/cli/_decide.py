@@ -85,7 +85,8 @@ def parse_levels(text: str) -> tuple[float, ...]:
 strict_option = click.option(
     "--strict",
     is_flag=True,
-    help="Refuse (exit 2) when the fit did not converge, instead of warning.",
+    help="Refuse (exit 2) when the fit failed its checks (convergence; a Laplace fit's Pareto k), "
+    "instead of warning.",
 )
 """The ``--strict`` flag of every command that reads a fit file."""
 
@@ -95,7 +96,7 @@ def load_fit_checked(path: Path, strict: bool = False) -> object:
 
     :func:`climb_bayes.inference.fitresult.load_fit` (its errors are already user-facing), then
     :func:`climb_bayes.inference.convergence.fit_gate`: one warning line on stderr when any stacked
-    law or CLIMB's posterior did not converge, or a :class:`ClimbError` (exit 2) under ``strict``.
+    law or CLIMB's posterior failed its checks, or a :class:`ClimbError` (exit 2) under ``strict``.
     """
     from climb_bayes.inference.convergence import fit_gate
     from climb_bayes.inference.fitresult import load_fit
@@ -104,9 +105,9 @@ def load_fit_checked(path: Path, strict: bool = False) -> object:
     gate = fit_gate(fit)
     if not gate.ok:
         if strict:
+            fix = f" Fix: {gate.fix[0].lower()}{gate.fix[1:]}." if gate.fix else ""
             raise ClimbError(
-                f"--strict: fit {path} did not converge ({'; '.join(gate.problems)}). Fix: "
-                "refit with more --warmup/--samples or a higher --target-accept."
+                f"--strict: fit {path} {gate.verdict} ({'; '.join(gate.problems)}).{fix}"
             )
         echo_err(gate.warning(path))
     return fit

@@ -79,19 +79,34 @@ class ConvergenceGate(NamedTuple):
         """True when nothing failed."""
         return not self.problems
 
+    @property
+    def verdict(self) -> str:
+        """What failed, as the warning says it: ``"did not converge"`` when a sampler, mode
+        search or point fit failed; ``"is a poor approximation of its posterior"`` when the
+        only problems are Laplace approximations with a high Pareto k (they converged)."""
+        kinds = {getattr(p, "kind", "sampler") for p in self.problems}
+        if kinds == {"approximation"}:
+            return "is a poor approximation of its posterior"
+        return "did not converge"
+
+    @property
+    def fix(self) -> str:
+        """The advice that fits the problems' kinds (empty when a problem already says it)."""
+        kinds = {getattr(p, "kind", "sampler") for p in self.problems}
+        if "sampler" in kinds:
+            return "Refit with more --warmup/--samples or a higher --target-accept"
+        if not any("--method nuts" in p for p in self.problems):  # not said already
+            return "Refit with --method nuts"  # a failed point fit or Laplace approximation
+        return ""
+
     def warning(self, path: object = "") -> str:
         """One line for stderr (empty when :attr:`ok`)."""
         if self.ok:
             return ""
         where = f" {path}" if str(path) else ""
-        kinds = {getattr(p, "kind", "sampler") for p in self.problems}
-        fix = ""
-        if "sampler" in kinds:
-            fix = " Refit with more --warmup/--samples or a higher --target-accept"
-        elif not any("--method nuts" in p for p in self.problems):  # not said already
-            fix = " Refit with --method nuts"  # a failed point fit or Laplace approximation
+        fix = f" {self.fix}" if self.fix else ""
         return (
-            f"WARNING: fit{where} did not converge ({'; '.join(self.problems)}); numbers computed "
+            f"WARNING: fit{where} {self.verdict} ({'; '.join(self.problems)}); numbers computed "
             f"from it are not trustworthy.{fix} (--strict refuses)."
         )
 

@@ -149,6 +149,12 @@ def test_gate_advice_follows_the_kind_of_problem():
     assert "--target-accept" not in advice(optimizer) + advice(point)
     far = law_problems({"far_from_prior": "1 of 12 coordinates more than 10 prior sds"})
     assert far[0].kind == "point_fit" and advice(*far).count("--method nuts") == 1
+    # a Laplace approximation with a high Pareto k converged: the verdict says what failed
+    (approx,) = law_problems({"converged": True, "pareto_k": 2.1, "pareto_k_max": 0.7})
+    assert approx.kind == "approximation"
+    assert "is a poor approximation of its posterior" in advice(approx)
+    assert "did not converge" not in advice(approx) and "--method nuts" in advice(approx)
+    assert "did not converge" in advice(approx, optimizer)
 
 
 def test_evaluate_table_marks_unconverged_laws():
