@@ -1442,6 +1442,18 @@ def _parse_long(
     absent = np.isnan(props_all)
     if absent.any():
         r, j = (int(x[0]) for x in np.nonzero(absent))
+        have = int(np.sum(~absent[:, j]))
+        if 2 * have <= n_runs:  # a language few runs list: more likely a misspelt name
+            first = int(rows[_first(lang_codes == j)])
+            _fail(
+                source,
+                f"language '{all_langs[j]}' appears in only {have} of {n_runs} runs (first at "
+                f"row {first}); every run must list every language of the table",
+                f"if '{all_langs[j]}' is a misspelt language name, correct it; otherwise add rows "
+                "with proportion 0 (and an empty loss) for it to the runs not trained on it",
+                row=first,
+                column="language",
+            )
         _fail(
             source,
             f"run '{run_ids[r]}' (first at row {run_rows[r]}) has no rows for language "

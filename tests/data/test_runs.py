@@ -518,6 +518,17 @@ BAD_CASES = {
         long_csv(extra=("z,1000,1000,en,1.0,3.0",)),
         ["run 'z'", "'fr'", "row 8"],
     ),
+    "long_misspelt_language": (
+        long_csv(
+            extra=(
+                "z,1000,1000,en,1.0,3.0",
+                "z,1000,1000,fr,0.0,",
+                "w,1000,1000,en,1.0,3.0",
+                "w,1000,1000,frr,0.0,",
+            )
+        ),
+        ["language 'frr'", "only 1 of 4 runs", "row 11", "misspelt"],
+    ),
     "long_no_tail_points": (
         long_csv(extra=("z,1000,500,en,1.0,3.0", "z,1000,500,fr,0.0,")),
         ["run 'z'", "no evaluation point", "tail_start", "more evaluation points"],
