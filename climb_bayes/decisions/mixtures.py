@@ -291,7 +291,11 @@ def read_mixtures_file(path: str | Path, languages: Sequence[str]) -> tuple[list
         try:
             df = pd.read_csv(p, dtype=str, skipinitialspace=True)
         except Exception as exc:  # noqa: BLE001 - any parser failure means the same to the user
-            raise ClimbError(f"{path}: cannot read the mixtures CSV ({exc}).") from None
+            raise ClimbError(
+                f"{path}: cannot read the mixtures CSV ({exc}). Fix: write a header line "
+                "(a name column and one share column per language, e.g. name,en,de) and one "
+                "row per mixture."
+            ) from None
         df.columns = [str(c).strip() for c in df.columns]
         name_col = next((c for c in NAME_COLUMNS if c in df.columns), None)
         share_cols = {

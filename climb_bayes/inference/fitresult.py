@@ -237,7 +237,10 @@ def load_fit(path: str | os.PathLike[str]) -> Fit:
         tree = xr.open_datatree(path, engine="h5netcdf")
         tree = tree.load()
     except Exception as exc:  # noqa: BLE001 - any reader failure means the same to the user
-        raise FitFileError(f"{path}: not a readable NetCDF/HDF5 file ({exc}).") from None
+        raise FitFileError(
+            f"{path}: not a readable NetCDF/HDF5 file ({exc}). Fix: pass the fit file that "
+            "`climb-bayes fit` wrote (fit.nc by default)."
+        ) from None
     if tree.attrs.get("climb_bayes_format") is None or "posterior" not in tree.children:
         raise FitFileError(
             f"{path}: not a climb-bayes fit (no 'climb_bayes_format' attribute or no posterior)."
