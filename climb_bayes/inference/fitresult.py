@@ -131,8 +131,16 @@ class Fit:
 
     @property
     def runs(self) -> RunsData:
-        """The runs table the fit saw, rebuilt from ``constant_data``."""
+        """The runs table the fit saw, rebuilt from ``constant_data`` (with the counts of the
+        losses its reader left out, where the fit file records them)."""
         cd = self.tree["constant_data"]
+        counts = {
+            key: int(self.attrs[key])
+            for key in ("n_excluded_zero_share", "n_points_dropped_head")
+            if key in self.attrs
+        }
+        if counts:  # the per-point counts are not stored: unknown, not 0
+            counts |= {"point_n_excluded": None, "run_n_dropped_head": None}
         return RunsData.from_arrays(
             self.languages,
             [str(x) for x in cd["run"].values],
@@ -148,6 +156,7 @@ class Fit:
             series_labels=[str(x) for x in cd["run_series_label"].values]
             if "run_series_label" in cd
             else None,
+            **counts,
         )
 
     # -- draws -------------------------------------------------------------------------------

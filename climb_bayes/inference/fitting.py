@@ -328,6 +328,7 @@ def fit_runs(
         "data_label": data_label,
         "tail_start": float(runs.tail_start),
         "n_excluded_zero_share": int(runs.n_excluded_zero_share),
+        "n_points_dropped_head": int(runs.n_points_dropped_head),
         "latent_sites": json.dumps(latent_sites(priors)),
     }
     if method == "laplace":

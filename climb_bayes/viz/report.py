@@ -60,7 +60,12 @@ def parameter_table(fit: Fit) -> pd.DataFrame:
 
             # one chain of independent Laplace draws: no R-hat or ESS to report
             kind = "all" if fit.method == "nuts" else "stats"
-            return azs.summary(fit.tree, var_names=names, kind=kind, ci_prob=0.9)
+            # unrounded (the table prints 4 significant digits: a noise scale of 0.004 is not
+            # "0"); effective sample sizes as whole draws
+            table = azs.summary(fit.tree, var_names=names, kind=kind, ci_prob=0.9, round_to="none")
+            for col in [c for c in table.columns if str(c).startswith("ess")]:
+                table[col] = table[col].round().astype("Int64")
+            return table
         except Exception:  # noqa: BLE001 - fall back to a plain table below
             pass
     rows = {}

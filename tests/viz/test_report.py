@@ -90,3 +90,25 @@ def test_report_renders_in_chromium(report_html, tmp_path):
         timeout=120,
     )
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+def test_report_keeps_what_the_reader_left_out_and_small_values(
+    map_fit3, nuts_fit3, runs3, tmp_path
+):
+    """The data summary is the one `fit` printed (the counts of losses its reader left out
+    travel in the fit file), and the parameter table is not rounded to two decimals (a noise
+    scale of 0.004 read 0)."""
+    from climb_bayes.inference.fitresult import load_fit
+    from climb_bayes.viz.report import parameter_table
+
+    assert runs3.n_points_dropped_head > 0
+    path = tmp_path / "fit.nc"
+    map_fit3.save(path)
+    rebuilt = load_fit(path).runs
+    assert rebuilt.n_excluded_zero_share == runs3.n_excluded_zero_share
+    assert rebuilt.n_points_dropped_head == runs3.n_points_dropped_head
+    assert rebuilt.summary().splitlines()[-2] == runs3.summary().splitlines()[-2]
+    table = parameter_table(nuts_fit3)
+    sigma = table.loc[[i for i in table.index if str(i).startswith("sigma[")], "mean"]
+    assert (sigma > 0).all() and (sigma < 0.05).all()
+    assert str(table["ess_bulk"].dtype) == "Int64"
