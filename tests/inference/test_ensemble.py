@@ -241,3 +241,42 @@ def test_laplace_fold_refits_record_their_pareto_k(isolated_world):
         assert rec["fold_pareto_k_max"] == pytest.approx(1 - 1 / np.log10(400))
     off = fit_ensemble(isolated_world, laws, opts, EnsembleOptions(method="map", lfo="map"))
     assert "fold_pareto_k" not in off.lfo["isolated"]
+
+
+def test_nuts_fold_refits_run_short_chains(isolated_world):
+    """`lfo="nuts"` refits the folds by FOLD_NUTS_CHAINS x (FOLD_NUTS_WARMUP + ...) whatever the
+    full fits' settings (a fold only places its predictive; measured in docs/model.md), and
+    never longer than the full fit; an explicit `lfo_options` wins."""
+    from dataclasses import replace
+
+    from climb_bayes.inference.ensemble import (
+        FOLD_NUTS_CHAINS,
+        FOLD_NUTS_SAMPLES,
+        FOLD_NUTS_WARMUP,
+    )
+
+    seen: list[tuple[str, int, int, int]] = []
+
+    @dataclass(frozen=True)
+    class Recording(ConstantLaw):
+        def fit(self, obs, method="map", options=None, log=None):
+            seen.append((method, options.chains, options.warmup, options.samples))
+            return super().fit(obs, "map", options, log)  # the settings are what is checked
+
+    full = FitOptions(n_starts=1, max_iter=200, chains=4, warmup=500, samples=4000)
+    fit_ensemble(isolated_world, [Recording()], full, EnsembleOptions(method="map", lfo="nuts"))
+    folds = [s for s in seen if s[0] == "nuts"]
+    assert folds and set(folds) == {("nuts", FOLD_NUTS_CHAINS, FOLD_NUTS_WARMUP, FOLD_NUTS_SAMPLES)}
+    seen.clear()
+    short = replace(full, chains=1, warmup=50, samples=60)
+    fit_ensemble(isolated_world, [Recording()], short, EnsembleOptions(method="map", lfo="nuts"))
+    assert {s for s in seen if s[0] == "nuts"} == {("nuts", 1, 50, 60)}
+    seen.clear()
+    mine = replace(full, chains=3, warmup=70, samples=90)
+    fit_ensemble(
+        isolated_world,
+        [Recording()],
+        full,
+        EnsembleOptions(method="map", lfo="nuts", lfo_options=mine),
+    )
+    assert {s for s in seen if s[0] == "nuts"} == {("nuts", 3, 70, 90)}
