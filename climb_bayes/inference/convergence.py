@@ -80,20 +80,24 @@ class ConvergenceGate(NamedTuple):
         return not self.problems
 
     @property
+    def kinds(self) -> set[str]:
+        """The kinds of the problems (:class:`Problem`; a plain string counts as a sampler
+        problem)."""
+        return {getattr(p, "kind", "sampler") for p in self.problems}
+
+    @property
     def verdict(self) -> str:
         """What failed, as the warning says it: ``"did not converge"`` when a sampler, mode
         search or point fit failed; ``"is a poor approximation of its posterior"`` when the
         only problems are Laplace approximations with a high Pareto k (they converged)."""
-        kinds = {getattr(p, "kind", "sampler") for p in self.problems}
-        if kinds == {"approximation"}:
+        if self.kinds == {"approximation"}:
             return "is a poor approximation of its posterior"
         return "did not converge"
 
     @property
     def fix(self) -> str:
         """The advice that fits the problems' kinds (empty when a problem already says it)."""
-        kinds = {getattr(p, "kind", "sampler") for p in self.problems}
-        if "sampler" in kinds:
+        if "sampler" in self.kinds:
             return "Refit with more --warmup/--samples or a higher --target-accept"
         if not any("--method nuts" in p for p in self.problems):  # not said already
             return "Refit with --method nuts"  # a failed point fit or Laplace approximation
@@ -104,7 +108,8 @@ class ConvergenceGate(NamedTuple):
         if self.ok:
             return ""
         where = f" {path}" if str(path) else ""
-        fix = f" {self.fix}" if self.fix else ""
+        fix = self.fix
+        fix = f" {fix}" if fix else ""
         return (
             f"WARNING: fit{where} {self.verdict} ({'; '.join(self.problems)}); numbers computed "
             f"from it are not trustworthy.{fix} (--strict refuses)."
