@@ -21,7 +21,7 @@ __all__ = ["main", "cli", "COMMANDS"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": (
         "climb_bayes.cli.fit_cmd:fit",
-        "Fit the CLIMB law to a runs table (NUTS or point fit).",
+        "Fit CLIMB and rival laws to a runs table; stack them (NUTS, Laplace, point).",
     ),
     "summary": (
         "climb_bayes.cli.fit_cmd:summary",

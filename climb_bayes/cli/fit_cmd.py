@@ -181,10 +181,13 @@ def fit(
     strict,
     progress,
 ):
-    """Fit the CLIMB law to RUNS_FILE (CSV/Parquet; wide or long form, docs/runs-format.md).
+    """Fit the CLIMB law and its rivals to RUNS_FILE (CSV/Parquet; docs/runs-format.md).
 
-    With no RUNS_FILE the shipped default dataset is fitted. Writes OUT (default fit.nc) and
-    prints the diagnostics and a parameter summary.
+    Every law of --laws (CLIMB, MSL, DML, Isolated) is fitted, its extrapolation discrepancy
+    learned from leave-future-out refits inside the data, and the laws stacked into the
+    default predictive that predict, optimize, suggest and report use. With no RUNS_FILE the
+    shipped default dataset is fitted. Writes OUT (default fit.nc) and prints the diagnostics,
+    the stacking weights and a parameter summary.
     """
     from climb_bayes import api
     from climb_bayes.data.datasets import dataset_label, dataset_path, default_dataset
@@ -300,6 +303,19 @@ def _summary_text(result) -> str:
     return "\n".join(lines)
 
 
+def _no_lfo_reason(result) -> str:
+    """Why a fit's laws were stacked without leave-future-out folds."""
+    from climb_bayes.inference.lfo import MIN_FIT_LEVELS, budget_levels
+
+    n = budget_levels(result.runs.run_budgets).size
+    if n > MIN_FIT_LEVELS:
+        return "leave-future-out folds off (--lfo none): extrapolation is not checked"
+    return (
+        f"{n} budget(s); a leave-future-out check needs {MIN_FIT_LEVELS + 1}: extrapolation is "
+        "not checked, so plan a third budget to check it on your own runs"
+    )
+
+
 def _ensemble_lines(result) -> list[str]:
     """The default predictive: stacking weights, the inner LFO check and the discrepancy."""
     import json
@@ -315,7 +331,7 @@ def _ensemble_lines(result) -> list[str]:
         "lfo-bootstrap-stacking": "stacked by their leave-future-out log score (Bayesian "
         "bootstrap over the folds' language blocks)",
         "lfo-stacking": "stacked by their leave-future-out log score",
-        "loo-stacking": "stacked by PSIS-LOO (one budget: extrapolation cannot be checked)",
+        "loo-stacking": "stacked by PSIS-LOO (" + _no_lfo_reason(result) + ")",
         "single": "one law",
     }.get(method, method)
     order = sorted(weights, key=lambda k: -weights[k])
@@ -362,7 +378,7 @@ def _ensemble_lines(result) -> list[str]:
         for k, r in rows:
             a, b = r["without_discrepancy"], r["with_discrepancy"]
             lines.append(
-                f"    {k:<{name_w}} n={r['n']:<5} MRE {b['mre']:.1%}  cov50 {a['cov50']:.2f} -> "
+                f"    {k:<{name_w}} n={r['n']:<5} MRE {b['mre']:>5.1%}  cov50 {a['cov50']:.2f} -> "
                 f"{b['cov50']:.2f}  cov90 {a['cov90']:.2f} -> {b['cov90']:.2f}"
             )
     rough = [

@@ -91,6 +91,7 @@ def plan(
 
     from climb_bayes.data.design import PAPER_RELIABLE_TOKENS, algorithm1_design, holdout_design
     from climb_bayes.decisions.mixtures import parse_number
+    from climb_bayes.inference.lfo import MIN_FIT_LEVELS, budget_levels
 
     langs = [x.strip() for x in languages.split(",") if x.strip()]
     budgets = [float(round(b)) for b in parse_budgets(budgets_text)]  # whole tokens
@@ -117,6 +118,14 @@ def plan(
         df = pd.concat(
             [df, holdout_design(langs, hb, holdout, seed=seed + 1, spread=not no_spread)],
             ignore_index=True,
+        )
+    levels = budget_levels(df["tokens"].to_numpy(dtype=float)).size
+    if levels <= MIN_FIT_LEVELS:
+        echo_err(
+            f"note: {levels} budget level(s): `fit` and `evaluate --lfo` cannot check the law's "
+            f"extrapolation on these runs (a leave-future-out check fits {MIN_FIT_LEVELS} budget "
+            "levels and predicts a larger one); add a budget to --budgets, or hold-out runs at "
+            "a larger budget (--holdout N)."
         )
     total = float(df["tokens"].sum())
     summary = (

@@ -78,9 +78,16 @@ class LfoFold(NamedTuple):
         return obs.run_budget[obs.run[self.test]] / self.cut
 
 
-def budget_levels(obs: Observations) -> np.ndarray:
-    """Distinct run budgets of the observations (tokens, ascending; near-equal ones merged)."""
-    b = np.sort(np.unique(obs.run_budget[obs.run])) if obs.n else np.zeros(0)
+def budget_levels(obs: Observations | np.ndarray) -> np.ndarray:
+    """Distinct run budgets (tokens, ascending; near-equal ones merged).
+
+    Of the observations' runs, or of an array of run budgets (a runs table's ``run_budgets``).
+    """
+    if isinstance(obs, Observations):
+        b = obs.run_budget[obs.run] if obs.n else np.zeros(0)
+    else:
+        b = np.asarray(obs, dtype=float)
+    b = np.sort(np.unique(b))
     if b.size == 0:
         return b
     keep = np.concatenate([[True], np.diff(b) > LEVEL_REL_TOL * b[1:]])

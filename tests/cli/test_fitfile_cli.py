@@ -117,6 +117,8 @@ def test_cli_fit_laplace_then_predict_and_suggest(tmp_path, capsys, sim_frame3):
     text = capsys.readouterr().out
     assert "method: laplace, 400 draw(s)" in text and "mode search converged" in text
     assert "diagnostics:" not in text and "weights:" in text
+    # two budgets: no leave-future-out folds, and the line says why and what to do
+    assert "(2 budget(s); a leave-future-out check needs 3" in " ".join(text.split())
     assert main(["predict", str(out), "--budget", "1e11", "--mixture", "uniform"]) == 0
     text = capsys.readouterr().out
     assert "Laplace approximation, 400 draw(s)" in text and "one draw" not in text

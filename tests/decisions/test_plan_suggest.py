@@ -57,8 +57,19 @@ def test_plan_cli_writes_algorithm1_csv_for_training(tmp_path, capsys):
 
 def test_plan_cli_stdout_and_errors(capsys):
     assert main(["plan", "--languages", "en,de", "--budgets", "1e9", "--shares", "0.2,0.5"]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert text.startswith("run_id,tokens,r_en,r_de") and "en-c0.2-1B" in text
+    # one budget level: the plan says its runs cannot check the law's extrapolation
+    assert "1 budget level(s): `fit` and `evaluate --lfo` cannot check" in captured.err
+    # three levels (two budgets and hold-outs at a larger one) can: no note
+    args = ["--languages", "en,de", "--budgets", "1e9,2e9", "--holdout", "2"]
+    assert main(["plan", *args]) == 0
+    assert "cannot check" not in capsys.readouterr().err
+    assert main(["plan", "--languages", "en,de", "--budgets", "1e9,2e9,4e9"]) == 0
+    assert "cannot check" not in capsys.readouterr().err
+    assert main(["plan", "--languages", "en,de", "--budgets", "1e9,2e9"]) == 0
+    assert "2 budget level(s)" in capsys.readouterr().err
     for args, msg in (
         (["--languages", "en", "--budgets", "1e9"], "at least 2"),
         (["--languages", "en,de", "--budgets", "0"], "positive"),

@@ -25,6 +25,9 @@ def three_budget_obs():
 def test_levels_and_the_one_fold_of_three_budgets(three_budget_obs):
     obs = three_budget_obs
     assert np.allclose(budget_levels(obs), [1e9, 3e9, 1e10])
+    # a runs table's budgets give the same levels; near-equal budgets are one level
+    budgets = np.array([3e9, 1e9, 1e10, 1e9 * (1 + 1e-9)])
+    assert np.allclose(budget_levels(budgets), [1e9, 3e9, 1e10])
     folds = lfo_folds(obs)  # two levels must be fitted: only the cut at 3e9
     assert len(folds) == 1
     fold = folds[0]
