@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from climb_bayes.errors import ClimbError
+from climb_bayes.viz.fit_text import TEXT_WIDTH
 
 __all__ = [
     "echo_err",
@@ -190,8 +191,9 @@ def render_table(
     return "\n".join(lines)
 
 
-TABLE_WIDTH = 100
-"""Terminal columns the wide tables (transfer matrices) are laid out for."""
+TABLE_WIDTH = TEXT_WIDTH
+"""Terminal columns the wide tables (transfer matrices) are laid out for (the wrapped text's
+width, :data:`climb_bayes.viz.fit_text.TEXT_WIDTH`)."""
 
 
 def render_matrix(

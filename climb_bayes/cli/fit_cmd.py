@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import click
 
 from climb_bayes.cli._decide import (
-    TABLE_WIDTH,
     load_fit_checked,
     render_matrix,
     render_table,
@@ -23,6 +21,7 @@ from climb_bayes.cli._runs_table import (
     runs_table_options,
 )
 from climb_bayes.data.datasets import DATASETS
+from climb_bayes.viz.fit_text import ensemble_lines, laplace_summary
 
 __all__ = ["fit", "summary"]
 
@@ -251,24 +250,6 @@ def fit(
             )
 
 
-def _laplace_summary(attrs) -> str:
-    """One line on a Laplace fit: its modes, its mode search and its Pareto k."""
-    ok = bool(int(attrs.get("laplace_converged", 1)))
-    line = f"Laplace approximation: {attrs.get('laplace_modes', '')}; mode search " + (
-        "converged" if ok else "did NOT converge"
-    )
-    if "laplace_pareto_k" in attrs:
-        k, k_max = float(attrs["laplace_pareto_k"]), float(attrs["laplace_pareto_k_max"])
-        verdict = (
-            "the posterior is far from the Gaussian at its mode: its intervals are not "
-            "reliable; --method nuts"
-            if k > k_max  # as the gate (convergence.law_problems): nan is not computed
-            else "the Gaussian matches the posterior where it draws"
-        )
-        line += f"; Pareto k {k:.2f} (want <= {k_max:.2f}: {verdict})"
-    return line
-
-
 def _summary_text(result) -> str:
     import numpy as np
 
@@ -282,7 +263,7 @@ def _summary_text(result) -> str:
     if result.diagnostics is not None:
         lines += ["", "diagnostics:", result.diagnostics.report()]
     if result.method == "laplace":
-        lines += ["", _laplace_summary(result.attrs)]
+        lines += ["", laplace_summary(result.attrs)]
     what = "posterior median [5%, 95%]" if result.n_draws > 1 else "point estimate"
     lines += ["", f"per-language parameters ({what}):"]
 
@@ -296,121 +277,11 @@ def _summary_text(result) -> str:
         for i, lang in enumerate(result.languages)
     ]
     lines.append(render_table(rows, ["language", "B", "beta", "E", "eta"], indent=""))
-    lines += _ensemble_lines(result)
+    lines += ensemble_lines(result)
     med = np.median(result.draws("b"), axis=0)
     lines += ["", "transfer b[source -> target] (posterior median; rows = source):"]
     lines.append(render_matrix(result.languages, med, corner="source \\ target"))
     return "\n".join(lines)
-
-
-def _no_lfo_reason(result) -> str:
-    """Why a fit's laws were stacked without leave-future-out folds."""
-    from climb_bayes.inference.lfo import MIN_FIT_LEVELS, budget_levels
-
-    n = budget_levels(result.runs.run_budgets).size
-    if n > MIN_FIT_LEVELS:
-        return "leave-future-out folds off (--lfo none): extrapolation is not checked"
-    return (
-        f"{n} budget(s); a leave-future-out check needs {MIN_FIT_LEVELS + 1}: extrapolation is "
-        "not checked, so plan a third budget to check it on your own runs"
-    )
-
-
-def _ensemble_lines(result) -> list[str]:
-    """The default predictive: stacking weights, the inner LFO check and the discrepancy."""
-    import json
-
-    import numpy as np
-
-    weights_text = result.attrs.get("stacking_weights")
-    if not weights_text:
-        return []
-    weights = json.loads(weights_text)
-    method = result.attrs.get("weight_method", "")
-    how = {
-        "lfo-bootstrap-stacking": "stacked by their leave-future-out log score (Bayesian "
-        "bootstrap over the folds' language blocks)",
-        "lfo-stacking": "stacked by their leave-future-out log score",
-        "loo-stacking": "stacked by PSIS-LOO (" + _no_lfo_reason(result) + ")",
-        "single": "one law",
-    }.get(method, method)
-    order = sorted(weights, key=lambda k: -weights[k])
-    lines = [
-        "",
-        *textwrap.wrap(
-            f"default predictive (predict, optimize, suggest, report): {len(weights)} law(s) "
-            + how,
-            TABLE_WIDTH,
-            subsequent_indent="  ",
-        ),
-        "  weights: " + ", ".join(f"{k} {weights[k]:.2f}" for k in order),
-    ]
-    lfo = json.loads(result.attrs.get("lfo_summary", "{}"))
-    stacked = [k for k in order if weights[k] > 0]
-    pairs = [
-        f"{a}~{b} {lfo[a]['error_correlation'][b]:.2f}"
-        for i, a in enumerate(stacked)
-        for b in stacked[i + 1 :]
-        if b in (lfo.get(a) or {}).get("error_correlation", {})
-    ]
-    if pairs:
-        lines += textwrap.wrap(
-            "intervals join the stacked laws' quantiles by the correlation of their "
-            "leave-future-out errors (1 would average the quantiles): " + ", ".join(pairs),
-            TABLE_WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        )
-    rows = [
-        (k, lfo[k]) for k in order if isinstance(lfo.get(k), dict) and "with_discrepancy" in lfo[k]
-    ]
-    if rows:
-        folds = rows[0][1].get("folds", 0)
-        lines += textwrap.wrap(
-            f"leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
-            "the larger; coverage of 50%/90% intervals without -> with discrepancy, the latter "
-            "in-sample for the discrepancy; `evaluate --lfo` gives the out-of-sample check):",
-            TABLE_WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        )
-        name_w = max(len(k) for k, _ in rows)
-        for k, r in rows:
-            a, b = r["without_discrepancy"], r["with_discrepancy"]
-            lines.append(
-                f"    {k:<{name_w}} n={r['n']:<5} MRE {b['mre']:>5.1%}  cov50 {a['cov50']:.2f} -> "
-                f"{b['cov50']:.2f}  cov90 {a['cov90']:.2f} -> {b['cov90']:.2f}"
-            )
-    rough = [
-        f"{k} (Pareto k up to {lfo[k]['fold_pareto_k']:.2f})"
-        for k in order
-        if isinstance(lfo.get(k), dict)
-        and lfo[k].get("fold_pareto_k", 0.0) > lfo[k].get("fold_pareto_k_max", np.inf)
-    ]
-    if rough:
-        lines += textwrap.wrap(
-            "the folds' Laplace refits are far from their posteriors for "
-            + ", ".join(rough)
-            + ": the discrepancies and weights above rest on them; `--lfo nuts` refits the "
-            "folds by NUTS (minutes)",
-            TABLE_WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        )
-    disc = result.discrepancy("climb")
-    if disc is not None:
-        # the sd at 10x each language's largest fitted budget: a number in log-loss units
-        sd10 = np.median(disc.tau, axis=0) * disc.distance_at(10.0 * disc.hi)
-        src = "learned from leave-future-out residuals" if disc.source == "lfo" else "its prior"
-        lines += textwrap.wrap(
-            f"CLIMB extrapolation discrepancy ({src}): sd of log-loss at 10x the largest fitted "
-            "budget "
-            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, sd10, strict=True)),
-            TABLE_WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        )
-    return lines
 
 
 @click.command()

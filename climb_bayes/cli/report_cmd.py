@@ -47,8 +47,10 @@ def report(
     title: str | None,
     no_plots: bool,
 ) -> None:
-    """Write an HTML report of the fit in FIT.nc: data, diagnostics, parameters, fit quality,
-    predictions, r* with baselines and (optionally) robustness verdicts."""
+    """Write an HTML report of the fit in FIT.nc: data, diagnostics, the default predictive
+    (stacking weights, leave-future-out check, discrepancy), parameters, fit quality,
+    predictions and r* under the default predictive, baselines and (optionally) robustness
+    verdicts."""
     from climb_bayes.viz.report import write_report
 
     fit = load_fit_checked(fit_path, strict)

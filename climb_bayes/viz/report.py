@@ -1,8 +1,12 @@
 """One self-contained HTML report of a fit (figures embedded as base64 PNG).
 
-Sections: data summary (synthetic data is labelled as such), sampler diagnostics, parameter
-table, fit quality, predictions at target budgets, ``r*`` with baselines, and robustness
-verdicts when a robustness results file (:mod:`climb_bayes.evaluation.robustness`) is given.
+Sections: data summary (synthetic data is labelled as such), diagnostics (the sampler's, or a
+Laplace fit's mode search and Pareto k; the command line's warning when any law of the stack
+failed its checks), the default predictive (stacking weights, inner leave-future-out check,
+extrapolation discrepancy), parameter table, fit quality, predictions at target budgets and
+``r*`` under the default predictive (as ``predict`` and ``optimize`` give them; CLIMB's own
+``r*`` beside it) with baselines, and robustness verdicts when a robustness results file
+(:mod:`climb_bayes.evaluation.robustness`) is given.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from climb_bayes.inference.convergence import fit_gate
 from climb_bayes.inference.fitresult import Fit
+from climb_bayes.viz.fit_text import ensemble_lines, laplace_summary
 
 __all__ = ["render_report", "write_report", "parameter_table", "prediction_table", "rstar_table"]
 
@@ -81,44 +87,62 @@ def parameter_table(fit: Fit) -> pd.DataFrame:
 
 
 def prediction_table(
-    fit: Fit, budgets: Sequence[float], mixture: Sequence[float] | None = None, level: float = 0.9
+    fit: Fit,
+    budgets: Sequence[float],
+    mixture: Sequence[float] | None = None,
+    level: float = 0.9,
+    n_samples: int = 2000,
 ) -> pd.DataFrame:
-    """Predicted loss (median and ``level`` interval, law + noise) per language and budget."""
-    from climb_bayes.decisions.rstar import subsample_law
-    from climb_bayes.viz.plots import format_tokens, predict_log_loss, subsample_sigma
+    """Predicted loss per language and budget under the fit's default predictive.
 
-    law = subsample_law(fit)
+    The stacked laws with their extrapolation discrepancy (:meth:`Fit.ensemble`, as
+    ``climb-bayes predict`` uses them): the median and ``level`` interval of one new run's loss
+    (``predictive``: also the discrepancy, the run effect and noise) and the ``level`` interval
+    of the laws' expected loss (``param``: parameter and law uncertainty only), in nats/token.
+    ``mixture`` defaults to the uniform one.
+    """
+    from climb_bayes.decisions.prediction import ensemble_table
+    from climb_bayes.viz.plots import format_tokens
+
     m = len(fit.languages)
     r = np.full(m, 1.0 / m) if mixture is None else np.asarray(mixture, dtype=float)
     d = np.asarray(budgets, dtype=float)
-    ll = predict_log_loss(law, np.tile(r, (d.size, 1)), d)
-    sig = subsample_sigma(fit, ll.shape[0])
-    ll = ll + np.random.default_rng(0).standard_normal(ll.shape) * sig[:, None, :]
-    loss = np.exp(ll)
-    q = (1 - level) / 2
+    table = ensemble_table(
+        fit.ensemble(), np.tile(r, (d.size, 1)), d, levels=(level,), n_samples=n_samples
+    )
+    pct = f"{100 * level:g}"
+    lo, hi = f"{pct}%_lo", f"{pct}%_hi"
     rows = []
-    for g, dd in enumerate(d):
-        for i, lang in enumerate(fit.languages):
-            x = loss[:, g, i]
-            rows.append(
-                {
-                    "budget": format_tokens(dd),
-                    "language": lang,
-                    "median": float(np.median(x)),
-                    f"{int(level * 100)}% low": float(np.quantile(x, q)),
-                    f"{int(level * 100)}% high": float(np.quantile(x, 1 - q)),
-                }
-            )
+    for (budget, language), g in table.groupby(["budget", "language"], sort=False):
+        new, law = (g[g["quantity"] == q].iloc[0] for q in ("predictive", "expected"))
+        rows.append(
+            {
+                "budget": format_tokens(budget),
+                "language": language,
+                "median": float(new["median"]),
+                f"{pct}% predictive low": float(new[lo]),
+                f"{pct}% predictive high": float(new[hi]),
+                f"{pct}% param low": float(law[lo]),
+                f"{pct}% param high": float(law[hi]),
+            }
+        )
     return pd.DataFrame(rows).set_index(["budget", "language"])
 
 
 def rstar_table(fit: Fit, budget: float, level: float = 0.9) -> tuple[pd.DataFrame, str]:
-    """``r*`` (median and interval per language) and baseline mixtures with their predicted
-    mean loss at ``budget``; also returns where ``r*`` came from."""
-    from climb_bayes.decisions.rstar import RSTAR_SOURCE, rstar_draws, subsample_law
+    """``r*`` (median and interval per language) under the default predictive and under CLIMB
+    alone, and baseline mixtures with their predicted mean loss at ``budget`` (CLIMB's
+    posterior median); also returns how ``r*`` was computed."""
+    from climb_bayes.decisions.rstar import (
+        RSTAR_SOURCE,
+        predictive_rstar_draws,
+        rstar_draws,
+        subsample_law,
+    )
     from climb_bayes.viz.plots import baseline_mixtures, predict_log_loss
 
-    draws, source = rstar_draws(fit, budget), RSTAR_SOURCE
+    draws, source = predictive_rstar_draws(fit, budget), RSTAR_SOURCE
+    climb = rstar_draws(fit, budget)
     law = subsample_law(fit)
     q = (1 - level) / 2
     rows = {}
@@ -126,6 +150,9 @@ def rstar_table(fit: Fit, budget: float, level: float = 0.9) -> tuple[pd.DataFra
     rows["r* median"] = med
     rows[f"r* {int(level * 100)}% low"] = np.quantile(draws, q, axis=0)
     rows[f"r* {int(level * 100)}% high"] = np.quantile(draws, 1 - q, axis=0)
+    rows["CLIMB r* median"] = np.median(climb, axis=0)
+    rows[f"CLIMB r* {int(level * 100)}% low"] = np.quantile(climb, q, axis=0)
+    rows[f"CLIMB r* {int(level * 100)}% high"] = np.quantile(climb, 1 - q, axis=0)
     mixes = {"r* median": med} | baseline_mixtures(fit, budget)
     for name, r in baseline_mixtures(fit, budget).items():
         rows[f"baseline: {name}"] = r
@@ -243,8 +270,17 @@ def render_report(
     out.append(f"<pre>{_esc(runs.summary())}</pre>")
 
     out.append('<h2 id="diagnostics">Diagnostics</h2>')
+    gate = fit_gate(fit)
+    if not gate.ok:  # every law of the stack, as the command line warns
+        out.append(f'<div class="bad" id="fit-warning"><b>{_esc(gate.warning())}</b></div>')
     diag = fit.diagnostics
-    if diag is None:
+    if fit.method == "laplace":
+        cls = "ok" if gate.ok else "bad"
+        out.append(
+            f'<div class="{cls}"><pre id="diagnostics-report">'
+            f"{_esc(laplace_summary(fit.attrs))}</pre></div>"
+        )
+    elif diag is None:
         out.append('<p class="note">Point fit: no sampler diagnostics (no chains).</p>')
         if "point_starts" in fit.attrs:
             out.append(f"<p>Point-fit starts: {_esc(fit.attrs['point_starts'])}</p>")
@@ -253,6 +289,10 @@ def render_report(
         out.append(
             f'<div class="{cls}"><pre id="diagnostics-report">{_esc(diag.report())}</pre></div>'
         )
+    predictive = ensemble_lines(fit)
+    if predictive:
+        out.append('<h2 id="predictive">Default predictive</h2>')
+        out.append(f'<pre id="predictive-summary">{_esc(chr(10).join(predictive).strip())}</pre>')
 
     out.append('<h2 id="parameters">Parameters</h2>')
     out.append(
@@ -283,8 +323,11 @@ def render_report(
 
     out.append('<h2 id="predictions">Predictions at target budgets</h2>')
     out.append(
-        '<p class="note">Uniform mixture; median and 90% interval of the loss '
-        "(nats/token), law uncertainty plus observation noise.</p>"
+        '<p class="note">Uniform mixture, under the default predictive (the stacked laws with '
+        "their extrapolation discrepancy, as <code>climb-bayes predict</code> gives it): median "
+        "and 90% interval of one new run's loss (nats/token; the discrepancy, which grows with "
+        "the distance beyond the fitted budgets, and run-to-run noise included), and the 90% "
+        "interval of the laws' expected loss (param: parameter and law uncertainty only).</p>"
     )
     out.append(_table(prediction_table(fit, budgets), "prediction-table"))
     if include_plots:
@@ -293,7 +336,14 @@ def render_report(
     out.append(f'<h2 id="rstar">Optimal mixture r* at {plots.format_tokens(target)} tokens</h2>')
     table, source = rstar_table(fit, target)
     out.append(_table(table, "rstar-table", "{:.4f}"))
-    out.append(f'<p class="note">r* computed by: {_esc(source)}.</p>')
+    out.append(
+        '<p class="note">r*: the per-draw optimum under the default predictive (the stacked '
+        "laws' draws with their extrapolation discrepancy, as the r* (default) column of "
+        "<code>climb-bayes optimize</code>); CLIMB r*: the same over CLIMB's posterior draws "
+        f"alone. Computed by: {_esc(source)}. Predicted mean loss: CLIMB's posterior median "
+        "(<code>climb-bayes optimize</code> compares the mixtures under the default predictive)."
+        "</p>"
+    )
     if include_plots:
         out.append(_img(plots.plot_rstar(fit, budget=target), "r* with baselines"))
         out.append(_img(plots.plot_ratio(fit), "rt vs r"))

@@ -112,3 +112,39 @@ def test_report_keeps_what_the_reader_left_out_and_small_values(
     sigma = table.loc[[i for i in table.index if str(i).startswith("sigma[")], "mean"]
     assert (sigma > 0).all() and (sigma < 0.05).all()
     assert str(table["ess_bulk"].dtype) == "Int64"
+
+
+def test_report_shows_a_laplace_fits_check_and_the_default_predictive(runs3):
+    """A Laplace fit's diagnostics are its mode search and Pareto k (not "point fit"); a failed
+    check puts the command line's warning on the page; predictions and r* are the default
+    predictive's, with the laws' expected-loss interval beside one new run's."""
+    from climb_bayes.inference.fitting import fit_runs
+    from climb_bayes.inference.nuts import NutsConfig
+    from climb_bayes.viz.report import prediction_table, rstar_table
+
+    fit = fit_runs(runs3, method="laplace", config=NutsConfig(samples=400), seed=0)
+    text = render_report(fit, include_plots=False)
+    assert "Laplace approximation:" in text and "Point fit" not in text
+    fit.tree.attrs["laplace_pareto_k"] = "2.0"  # as a posterior far from its Gaussian gives
+    text = render_report(fit, include_plots=False)
+    assert 'id="fit-warning"' in text and "poor approximation of its posterior" in text
+    dmax = float(runs3.run_budgets.max())
+    table = prediction_table(fit, [dmax, 100 * dmax])
+    new_lo, new_hi = table["90% predictive low"], table["90% predictive high"]
+    law_lo, law_hi = table["90% param low"], table["90% param high"]
+    assert (new_lo <= law_lo).all() and (new_hi >= law_hi).all()
+    assert ((law_lo <= table["median"]) & (table["median"] <= law_hi)).all()
+    # the extrapolation discrepancy widens one new run's interval with the distance
+    width = new_hi - new_lo
+    near, far = table.index.get_level_values("budget").unique()  # in the order given
+    assert (width.loc[far] > 2 * width.loc[near]).all()
+    rstar, _ = rstar_table(fit, 10 * dmax)
+    langs = list(fit.languages)
+    for who in ("r*", "CLIMB r*"):
+        lo, med, hi = (rstar.loc[f"{who} {q}", langs] for q in ("90% low", "median", "90% high"))
+        assert (lo >= 0).all() and (lo <= med).all() and (med <= hi).all() and (hi <= 1).all()
+        assert abs(med.sum() - 1.0) < 0.1  # medians per language: near, not on, the simplex
+    # the discrepancy widens r* too: the default predictive's interval holds CLIMB's
+    spread = rstar.loc["r* 90% high"] - rstar.loc["r* 90% low"]
+    climb = rstar.loc["CLIMB r* 90% high"] - rstar.loc["CLIMB r* 90% low"]
+    assert (spread[langs] >= climb[langs]).all()

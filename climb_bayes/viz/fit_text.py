@@ -1,0 +1,142 @@
+"""Plain-text summaries of a fit that ``climb-bayes fit``/``summary`` print and the report shows.
+
+A Laplace fit's one line (its modes, mode search and Pareto k) and the default predictive's
+lines (stacking weights and how they were found, the inner leave-future-out check, the
+extrapolation discrepancy).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+
+__all__ = ["laplace_summary", "no_lfo_reason", "ensemble_lines", "TEXT_WIDTH"]
+
+TEXT_WIDTH = 100
+"""Characters per line of the wrapped text (the width of the command line's tables)."""
+
+
+def laplace_summary(attrs) -> str:
+    """One line on a Laplace fit: its modes, its mode search and its Pareto k."""
+    ok = bool(int(attrs.get("laplace_converged", 1)))
+    line = f"Laplace approximation: {attrs.get('laplace_modes', '')}; mode search " + (
+        "converged" if ok else "did NOT converge"
+    )
+    if "laplace_pareto_k" in attrs:
+        k, k_max = float(attrs["laplace_pareto_k"]), float(attrs["laplace_pareto_k_max"])
+        verdict = (
+            "the posterior is far from the Gaussian at its mode: its intervals are not "
+            "reliable; --method nuts"
+            if k > k_max  # as the gate (convergence.law_problems): nan is not computed
+            else "the Gaussian matches the posterior where it draws"
+        )
+        line += f"; Pareto k {k:.2f} (want <= {k_max:.2f}: {verdict})"
+    return line
+
+
+def no_lfo_reason(result) -> str:
+    """Why a fit's laws were stacked without leave-future-out folds."""
+    from climb_bayes.inference.lfo import MIN_FIT_LEVELS, budget_levels
+
+    n = budget_levels(result.runs.run_budgets).size
+    if n > MIN_FIT_LEVELS:
+        return "leave-future-out folds off (--lfo none): extrapolation is not checked"
+    return (
+        f"{n} budget(s); a leave-future-out check needs {MIN_FIT_LEVELS + 1}: extrapolation is "
+        "not checked, so plan a third budget to check it on your own runs"
+    )
+
+
+def ensemble_lines(result, width: int = TEXT_WIDTH) -> list[str]:
+    """The default predictive: stacking weights, the inner LFO check and the discrepancy."""
+    weights_text = result.attrs.get("stacking_weights")
+    if not weights_text:
+        return []
+    weights = json.loads(weights_text)
+    method = result.attrs.get("weight_method", "")
+    how = {
+        "lfo-bootstrap-stacking": "stacked by their leave-future-out log score (Bayesian "
+        "bootstrap over the folds' language blocks)",
+        "lfo-stacking": "stacked by their leave-future-out log score",
+        "loo-stacking": "stacked by PSIS-LOO (" + no_lfo_reason(result) + ")",
+        "single": "one law",
+    }.get(method, method)
+    order = sorted(weights, key=lambda k: -weights[k])
+    lines = [
+        "",
+        *textwrap.wrap(
+            f"default predictive (predict, optimize, suggest, report): {len(weights)} law(s) "
+            + how,
+            width,
+            subsequent_indent="  ",
+        ),
+        "  weights: " + ", ".join(f"{k} {weights[k]:.2f}" for k in order),
+    ]
+    lfo = json.loads(result.attrs.get("lfo_summary", "{}"))
+    stacked = [k for k in order if weights[k] > 0]
+    pairs = [
+        f"{a}~{b} {lfo[a]['error_correlation'][b]:.2f}"
+        for i, a in enumerate(stacked)
+        for b in stacked[i + 1 :]
+        if b in (lfo.get(a) or {}).get("error_correlation", {})
+    ]
+    if pairs:
+        lines += textwrap.wrap(
+            "intervals join the stacked laws' quantiles by the correlation of their "
+            "leave-future-out errors (1 would average the quantiles): " + ", ".join(pairs),
+            width,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+    rows = [
+        (k, lfo[k]) for k in order if isinstance(lfo.get(k), dict) and "with_discrepancy" in lfo[k]
+    ]
+    if rows:
+        folds = rows[0][1].get("folds", 0)
+        lines += textwrap.wrap(
+            f"leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
+            "the larger; coverage of 50%/90% intervals without -> with discrepancy, the latter "
+            "in-sample for the discrepancy; `evaluate --lfo` gives the out-of-sample check):",
+            width,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+        name_w = max(len(k) for k, _ in rows)
+        for k, r in rows:
+            a, b = r["without_discrepancy"], r["with_discrepancy"]
+            lines.append(
+                f"    {k:<{name_w}} n={r['n']:<5} MRE {b['mre']:>5.1%}  cov50 {a['cov50']:.2f} -> "
+                f"{b['cov50']:.2f}  cov90 {a['cov90']:.2f} -> {b['cov90']:.2f}"
+            )
+    rough = [
+        f"{k} (Pareto k up to {lfo[k]['fold_pareto_k']:.2f})"
+        for k in order
+        if isinstance(lfo.get(k), dict)
+        and lfo[k].get("fold_pareto_k", 0.0) > lfo[k].get("fold_pareto_k_max", np.inf)
+    ]
+    if rough:
+        lines += textwrap.wrap(
+            "the folds' Laplace refits are far from their posteriors for "
+            + ", ".join(rough)
+            + ": the discrepancies and weights above rest on them; `--lfo nuts` refits the "
+            "folds by NUTS (minutes)",
+            width,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+    disc = result.discrepancy("climb")
+    if disc is not None:
+        # the sd at 10x each language's largest fitted budget: a number in log-loss units
+        sd10 = np.median(disc.tau, axis=0) * disc.distance_at(10.0 * disc.hi)
+        src = "learned from leave-future-out residuals" if disc.source == "lfo" else "its prior"
+        lines += textwrap.wrap(
+            f"CLIMB extrapolation discrepancy ({src}): sd of log-loss at 10x the largest fitted "
+            "budget "
+            + ", ".join(f"{lang} {t:.3f}" for lang, t in zip(result.languages, sd10, strict=True)),
+            width,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+    return lines
