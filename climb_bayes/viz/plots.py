@@ -2,8 +2,10 @@
 
 Every plot kind is one function ``plot_<kind>(fit, **options) -> Figure`` registered in
 :data:`KINDS`; :func:`save_figure` writes a figure as PNG and SVG. Bands are posterior
-intervals computed from (at most :data:`MAX_DRAWS`) posterior draws; a point fit
-(``method="map"``) has one draw, so its "bands" collapse to lines.
+intervals computed from (at most :data:`~climb_bayes.decisions.rstar.MAX_DRAWS`) posterior
+draws; a point fit (``method="map"``) has one draw, so its "bands" collapse to lines. The fan
+chart is the exception: it shows the default predictive (stacked laws, extrapolation
+discrepancy and noise), as ``climb-bayes predict`` does.
 
 Kinds
 -----
@@ -16,7 +18,8 @@ Kinds
 ``heatmap``
     Posterior mean of the transfer matrix ``b`` with ``P(b > 0)`` in every cell.
 ``fan``
-    Loss vs budget fan charts (50/80/95% bands) for the uniform mixture, per language.
+    Loss vs budget fan charts for the uniform mixture, per language: 50/80/95% bands of one
+    new run's loss under the default predictive, and the 95% band of the laws' expected loss.
 ``rstar``
     Posterior of the optimal mixture ``r*`` at a target budget, with baselines overlaid.
 ``rstar_budget``
@@ -33,6 +36,7 @@ References
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -45,9 +49,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from climb_bayes.decisions.optimization import thin_index  # noqa: E402
 from climb_bayes.decisions.rstar import (  # noqa: E402
-    MAX_DRAWS,
     RSTAR_SOURCE,
     default_target_budget,
     rstar_draws,
@@ -149,7 +151,10 @@ def _grid(n: int) -> tuple[Figure, np.ndarray]:
 def _suptitle(fig: Figure, fit: Fit, text: str) -> None:
     label = str(fit.attrs.get("data_label", "") or "")
     extra = f" - {label}" if label else ""
-    fig.suptitle(f"{text} ({fit.method_label}{extra})", fontsize=10)
+    # wrapped to the figure's width (about 11 characters per inch at 10 pt): a long data
+    # label would otherwise run off both edges
+    width = max(40, int(fig.get_figwidth() * 11))
+    fig.suptitle(textwrap.fill(f"{text} ({fit.method_label}{extra})", width), fontsize=10)
 
 
 # -- plot kinds ----------------------------------------------------------------------------------
@@ -292,26 +297,36 @@ def plot_heatmap(fit: Fit) -> Figure:
     return fig
 
 
-def plot_fan(fit: Fit, mixture: Sequence[float] | None = None, noise: bool = True) -> Figure:
-    """Loss vs budget fan charts (50/80/95%) per language for one mixture (default uniform)."""
-    law = subsample_law(fit)
+def plot_fan(
+    fit: Fit, mixture: Sequence[float] | None = None, n_samples: int = 1000, seed: int = 0
+) -> Figure:
+    """Loss vs budget fan charts per language for one mixture (default uniform), under the
+    fit's default predictive.
+
+    Bands: 50/80/95% intervals of one new run's loss (the stacked laws with their
+    extrapolation discrepancy, run effect and noise: what ``climb-bayes predict`` calls
+    ``predictive``); dashed: the 95% interval of the laws' expected loss (parameter and law
+    uncertainty only), which alone would look far too sure beyond the fitted budgets.
+    """
     langs = fit.languages
     m = len(langs)
     runs = fit.runs
     r = np.full(m, 1.0 / m) if mixture is None else np.asarray(mixture, dtype=float)
-    d = np.geomspace(0.5 * np.min(runs.run_budgets), 100 * np.max(runs.run_budgets), 50)
-    ll = predict_log_loss(law, np.tile(r, (d.size, 1)), d)
-    if noise:
-        sig = subsample_sigma(fit, law.beta.shape[0])
-        rng = np.random.default_rng(0)
-        ll = ll + rng.standard_normal(ll.shape) * sig[:, None, :]
-    loss = np.exp(ll)
+    d = np.geomspace(0.5 * np.min(runs.run_budgets), 100 * np.max(runs.run_budgets), 40)
+    law_ll, new_ll = fit.ensemble().law_and_predictive_draws(
+        np.tile(r, (d.size, 1)), d, n_samples, seed=seed
+    )
+    law, loss = np.exp(law_ll), np.exp(new_ll)
     fig, axes = _grid(m)
     for i, (ax, lang) in enumerate(zip(axes, langs, strict=False)):
         for level, alpha in ((0.95, 0.15), (0.8, 0.25), (0.5, 0.35)):
             lo, hi = _band(loss[:, :, i], level)
-            ax.fill_between(d, lo, hi, color="C0", alpha=alpha, label=f"{int(level * 100)}%")
+            label = f"{int(level * 100)}% new run"
+            ax.fill_between(d, lo, hi, color="C0", alpha=alpha, label=label)
         ax.plot(d, np.median(loss[:, :, i], axis=0), color="C0", lw=1.2, label="median")
+        lo, hi = _band(law[:, :, i], 0.95)
+        ax.plot(d, lo, color="C1", ls="--", lw=0.9, label="95% expected loss")
+        ax.plot(d, hi, color="C1", ls="--", lw=0.9)
         ax.axvspan(np.min(runs.run_budgets), np.max(runs.run_budgets), color="0.9", zorder=0)
         ax.set_xscale("log")
         ax.set_title(f"{lang}: loss vs budget", fontsize=9)
@@ -319,22 +334,18 @@ def plot_fan(fit: Fit, mixture: Sequence[float] | None = None, noise: bool = Tru
         ax.set_ylabel("loss (nats/token)")
         ax.legend(fontsize=7)
     mix = ", ".join(f"{lg}={x:.2f}" for lg, x in zip(langs, r, strict=True))
-    _suptitle(fig, fit, f"Loss fan chart at r = ({mix})")
+    _suptitle(fig, fit, f"Loss fan chart at r = ({mix}), default predictive")
     fig.tight_layout()
     return fig
-
-
-def subsample_sigma(fit: Fit, n: int) -> np.ndarray:
-    """Noise-sd draws thinned the same way as :func:`subsample_law`."""
-    sig = fit.sigma_draws()
-    return sig[thin_index(sig.shape[0], MAX_DRAWS)][:n]
 
 
 def plot_rstar(
     fit: Fit, budget: float | None = None, weights: Sequence[float] | None = None
 ) -> Figure:
     """Posterior of the optimal mixture ``r*`` at ``budget`` (default 10x the largest fitted
-    budget), one box per language, with baseline mixtures overlaid."""
+    budget) under CLIMB's posterior alone, one violin per language, with baseline mixtures
+    overlaid (``climb-bayes optimize`` and the report also give ``r*`` under the default
+    predictive, whose interval adds the other laws and the extrapolation discrepancy)."""
     budget = default_target_budget(fit) if budget is None else float(budget)
     draws, source = rstar_draws(fit, budget, weights), RSTAR_SOURCE
     langs = fit.languages
@@ -361,7 +372,9 @@ def plot_rstar(
     ax.set_xlabel("language")
     ax.set_ylabel("optimal share r*")
     ax.set_ylim(0, 1)
-    ax.set_title(f"r* at D = {format_tokens(budget)} tokens with baselines", fontsize=10)
+    ax.set_title(
+        f"r* at D = {format_tokens(budget)} tokens under CLIMB alone, with baselines", fontsize=10
+    )
     ax.legend(fontsize=7)
     fig.text(0.01, 0.01, f"r* from: {source}", fontsize=6, color="0.4")
     fig.tight_layout()

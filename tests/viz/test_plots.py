@@ -79,3 +79,24 @@ def test_plot_cli(map_fit3, tmp_path):
         "heatmap.png",
         "heatmap.svg",
     ]
+
+
+def test_fan_chart_shows_the_default_predictive_and_fits_its_title(nuts_fit3):
+    """The fan is one new run's loss under the default predictive (discrepancy and noise
+    included), with the laws' expected-loss band drawn inside it; the title wraps to the
+    figure's width instead of running off its edges."""
+    import numpy as np
+
+    fig = plots.plot_fan(nuts_fit3, n_samples=400)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "95% new run" in labels and "95% expected loss" in labels
+    bands = {c.get_label(): c for c in ax.collections}
+    band = bands["80% new run"].get_paths()[0].vertices  # even the 80% band holds it
+    x_far = band[:, 0].max()
+    far = band[np.isclose(band[:, 0], x_far), 1]
+    lo, hi = (line.get_ydata()[-1] for line in ax.get_lines() if line.get_linestyle() == "--")
+    assert far.min() < lo < hi < far.max()
+    title = fig._suptitle.get_text()
+    assert "default predictive" in title
+    assert max(len(line) for line in title.splitlines()) <= max(40, fig.get_figwidth() * 11)
