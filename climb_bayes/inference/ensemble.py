@@ -127,7 +127,8 @@ WEIGHT_METHODS = ("lfo-bootstrap-stacking", "lfo-stacking", "loo-stacking", "sin
 """How the weights were found: the inner folds' log score averaged over a Bayesian bootstrap
 of their (fold, language) blocks (default, :mod:`climb_bayes.inference.stacking`), the same
 score as if every point were independent (``EnsembleOptions(stacking_bootstrap=0)``; fits
-stored before 2026-11-27, evening), PSIS-LOO (one budget), or a single law."""
+stored before 2026-11-27, evening), PSIS-LOO (no leave-future-out folds: fewer than three
+budget levels, or ``lfo="none"``), or a single law."""
 LFO_METHODS = ("laplace", "nuts", "map", "none")
 FOLD_NUTS_CHAINS, FOLD_NUTS_WARMUP, FOLD_NUTS_SAMPLES = 2, 150, 200
 """Chains, warm-up steps per chain and total draws of a NUTS fold refit (``lfo="nuts"``; at
