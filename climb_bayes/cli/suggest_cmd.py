@@ -3,12 +3,14 @@ about the optimal mixture (or the loss) at a target budget."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import click
 import numpy as np
 
 from climb_bayes.cli._decide import (
+    TABLE_WIDTH,
     echo_err,
     fit_header,
     fmt_tokens,
@@ -22,6 +24,15 @@ from climb_bayes.cli._decide import (
 from climb_bayes.errors import ClimbError
 
 __all__ = ["suggest"]
+
+
+SCOPE_NOTE = (
+    "note: the spreads are those of CLIMB's posterior alone: the other laws of the default "
+    "predictive and the extrapolation discrepancy (which `optimize` includes in r* (default)) "
+    "are not reweighted, so a run's value for learning how far the law extrapolates is not "
+    "counted."
+)
+"""What the ranking leaves out (printed under it; docs/decisions.md, "suggest")."""
 
 
 @click.command(context_settings={"show_default": True, "max_content_width": 100})
@@ -186,6 +197,7 @@ def suggest(
     click.echo("\nwhy:")
     for r in table.head(top).itertuples(index=False):
         click.echo(f"  {r.rank}. {r.candidate} @ {fmt_tokens(r.budget)}: {r.reason}")
+    click.echo(textwrap.fill(SCOPE_NOTE, TABLE_WIDTH, subsequent_indent="  "))
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")

@@ -124,7 +124,8 @@ def test_cli_fit_laplace_then_predict_and_suggest(tmp_path, capsys, sim_frame3):
     assert "Laplace approximation, 400 draw(s)" in text and "one draw" not in text
     argv = ["suggest", str(out), "--budget", "1e11", "--max-draws", "100", "--outcomes", "8"]
     assert main([*argv, "--n-random", "2", "--top", "2"]) == 0
-    assert "why:" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "why:" in text and "CLIMB's posterior alone" in text  # and says what it leaves out
 
 
 def test_cli_fit_strict_fails_on_unconverged_chains(tmp_path, sim_frame3):
