@@ -24,7 +24,7 @@ _KIND_NAMES = ("fit", "ratio", "transfer", "heatmap", "fan", "rstar", "rstar_bud
     help="Plot kind (repeat for several): fit = observed vs predicted; ratio = rt vs r "
     "(paper Fig. 2); transfer = alpha_j->i(D); heatmap = b with P(b>0); fan = one new run's "
     "loss vs budget under the default predictive; rstar = CLIMB's r* with baselines; "
-    "rstar_budget = r*(D); trace = trace/rank of worst-mixing parameters.",
+    "rstar_budget = CLIMB's r*(D); trace = trace/rank of worst-mixing parameters.",
 )
 @click.option(
     "-o",

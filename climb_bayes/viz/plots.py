@@ -387,7 +387,9 @@ def plot_rstar_budget(
     level: float = 0.9,
     weights: Sequence[float] | None = None,
 ) -> Figure:
-    """``r*(D)``: per-language median and ``level`` band of the optimal share vs budget."""
+    """``r*(D)``: per-language median and ``level`` band of the optimal share vs budget, over
+    CLIMB's posterior draws alone (``climb-bayes optimize --budgets`` gives ``r*`` under the
+    default predictive)."""
     runs = fit.runs
     if budgets is None:
         budgets = np.geomspace(np.min(runs.run_budgets), 100 * np.max(runs.run_budgets), 6)
@@ -402,7 +404,9 @@ def plot_rstar_budget(
     ax.set_xscale("log")
     ax.set_xlabel("budget D (tokens)")
     ax.set_ylabel("optimal share r*")
-    ax.set_title(f"r*(D) with {int(level * 100)}% bands (grey: fitted budgets)", fontsize=10)
+    ax.set_title(
+        f"r*(D) under CLIMB alone, {int(level * 100)}% bands (grey: fitted budgets)", fontsize=10
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
