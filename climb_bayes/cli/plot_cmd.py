@@ -23,7 +23,8 @@ _KIND_NAMES = ("fit", "ratio", "transfer", "heatmap", "fan", "rstar", "rstar_bud
     show_default=True,
     help="Plot kind (repeat for several): fit = observed vs predicted; ratio = rt vs r "
     "(paper Fig. 2); transfer = alpha_j->i(D); heatmap = b with P(b>0); fan = one new run's "
-    "loss vs budget under the default predictive; rstar = CLIMB's r* with baselines; "
+    "loss vs budget under the default predictive; rstar = r* (default predictive and "
+    "CLIMB alone) with baselines; "
     "rstar_budget = CLIMB's r*(D); trace = trace/rank of worst-mixing parameters.",
 )
 @click.option(

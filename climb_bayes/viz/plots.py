@@ -4,8 +4,8 @@ Every plot kind is one function ``plot_<kind>(fit, **options) -> Figure`` regist
 :data:`KINDS`; :func:`save_figure` writes a figure as PNG and SVG. Bands are posterior
 intervals computed from (at most :data:`~climb_bayes.decisions.rstar.MAX_DRAWS`) posterior
 draws; a point fit (``method="map"``) has one draw, so its "bands" collapse to lines. The fan
-chart is the exception: it shows the default predictive (stacked laws, extrapolation
-discrepancy and noise), as ``climb-bayes predict`` does.
+chart shows the default predictive (stacked laws, extrapolation discrepancy and noise), as
+``climb-bayes predict`` does, and the ``r*`` figure shows it beside CLIMB's own posterior.
 
 Kinds
 -----
@@ -21,7 +21,8 @@ Kinds
     Loss vs budget fan charts for the uniform mixture, per language: 50/80/95% bands of one
     new run's loss under the default predictive, and the 95% band of the laws' expected loss.
 ``rstar``
-    Posterior of the optimal mixture ``r*`` at a target budget, with baselines overlaid.
+    The optimal mixture ``r*`` at a target budget under the default predictive and under CLIMB
+    alone, with baselines overlaid.
 ``rstar_budget``
     ``r*(D)``: median and 90% band of each language's optimal share vs budget.
 ``trace``
@@ -52,6 +53,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from climb_bayes.decisions.rstar import (  # noqa: E402
     RSTAR_SOURCE,
     default_target_budget,
+    predictive_rstar_draws,
     rstar_draws,
     subsample_law,
 )
@@ -342,23 +344,35 @@ def plot_fan(
 def plot_rstar(
     fit: Fit, budget: float | None = None, weights: Sequence[float] | None = None
 ) -> Figure:
-    """Posterior of the optimal mixture ``r*`` at ``budget`` (default 10x the largest fitted
-    budget) under CLIMB's posterior alone, one violin per language, with baseline mixtures
-    overlaid (``climb-bayes optimize`` and the report also give ``r*`` under the default
-    predictive, whose interval adds the other laws and the extrapolation discrepancy)."""
+    """The optimal mixture ``r*`` at ``budget`` (default 10x the largest fitted budget), per
+    language: under the default predictive (stacked laws with their extrapolation discrepancy,
+    ``optimize``'s ``r* (default)``) and under CLIMB's posterior alone, side by side, with
+    baseline mixtures overlaid."""
     budget = default_target_budget(fit) if budget is None else float(budget)
-    draws, source = rstar_draws(fit, budget, weights), RSTAR_SOURCE
+    stacked = predictive_rstar_draws(fit, budget, weights)
+    climb, source = rstar_draws(fit, budget, weights), RSTAR_SOURCE
     langs = fit.languages
     m = len(langs)
-    fig, ax = plt.subplots(figsize=(1.2 * m + 3.5, 3.8))
-    if draws.shape[0] > 1:
-        ax.violinplot(draws, positions=range(m), showmedians=True)
-    else:
-        ax.scatter(range(m), draws[0], marker="D", color="C0", label="r* (point fit)", zorder=3)
+    x = np.arange(m)
+    fig, ax = plt.subplots(figsize=(1.4 * m + 3.5, 3.8))
+    for draws, dx, color, label in (
+        (stacked, -0.18, "C0", "r*, default predictive"),
+        (climb, 0.18, "C7", "r*, CLIMB alone"),
+    ):
+        if draws.shape[0] > 1:
+            parts = ax.violinplot(draws, positions=x + dx, widths=0.32, showmedians=True)
+            for body in parts["bodies"]:
+                body.set_facecolor(color)
+                body.set_alpha(0.35)
+            for key in ("cbars", "cmins", "cmaxes", "cmedians"):
+                parts[key].set_color(color)
+            ax.plot([], [], color=color, lw=6, alpha=0.5, label=label)  # legend entry
+        else:
+            ax.scatter(x + dx, draws[0], marker="D", color=color, label=f"{label} (point fit)")
     markers = iter("o^sPvX*")
     for k, (name, r) in enumerate(baseline_mixtures(fit, budget).items()):
         ax.scatter(
-            range(m),
+            x,
             r,
             marker=next(markers, "o"),
             facecolors="none",
@@ -368,13 +382,11 @@ def plot_rstar(
             s=60,
             linewidths=1.5,
         )
-    ax.set_xticks(range(m), langs)
+    ax.set_xticks(x, langs)
     ax.set_xlabel("language")
     ax.set_ylabel("optimal share r*")
     ax.set_ylim(0, 1)
-    ax.set_title(
-        f"r* at D = {format_tokens(budget)} tokens under CLIMB alone, with baselines", fontsize=10
-    )
+    ax.set_title(f"r* at D = {format_tokens(budget)} tokens with baselines", fontsize=10)
     ax.legend(fontsize=7)
     fig.text(0.01, 0.01, f"r* from: {source}", fontsize=6, color="0.4")
     fig.tight_layout()

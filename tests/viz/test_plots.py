@@ -100,3 +100,10 @@ def test_fan_chart_shows_the_default_predictive_and_fits_its_title(nuts_fit3):
     title = fig._suptitle.get_text()
     assert "default predictive" in title
     assert max(len(line) for line in title.splitlines()) <= max(40, fig.get_figwidth() * 11)
+
+
+def test_rstar_figure_shows_the_default_predictive_beside_climb(nuts_fit3, map_fit3):
+    for fit in (nuts_fit3, map_fit3):  # a point fit's CLIMB r* is one point
+        labels = [t.get_text() for t in plots.plot_rstar(fit).axes[0].get_legend().get_texts()]
+        assert "r*, default predictive" in labels
+        assert any(label.startswith("r*, CLIMB alone") for label in labels)
