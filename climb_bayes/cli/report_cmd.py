@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from climb_bayes.cli._decide import load_fit_checked, strict_option
+from climb_bayes.cli._decide import echo_err, load_fit_checked, strict_option
 
 __all__ = ["report"]
 
@@ -61,5 +61,6 @@ def report(
         robustness=robustness_path,
         title=title,
         include_plots=not no_plots,
+        log=echo_err,
     )
     click.echo(f"wrote {path}")

@@ -50,6 +50,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from climb_bayes.atomic import atomic_path  # noqa: E402
 from climb_bayes.decisions.rstar import (  # noqa: E402
     RSTAR_SOURCE,
     default_target_budget,
@@ -511,7 +512,8 @@ def save_figure(
         if fmt not in ("png", "svg", "pdf"):
             raise ClimbError(f"--format must be png, svg or pdf, got {fmt!r}.")
         path = out_dir / f"{name}.{fmt}"
-        fig.savefig(path, dpi=dpi, format=fmt)
+        with atomic_path(path) as tmp:  # an interrupted write leaves no half-written figure
+            fig.savefig(tmp, dpi=dpi, format=fmt)
         paths.append(path)
     plt.close(fig)
     return paths

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +223,7 @@ def render_report(
     robustness: str | os.PathLike[str] | None = None,
     title: str | None = None,
     include_plots: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> str:
     """Render the report as one HTML string (no external resources).
 
@@ -239,9 +240,13 @@ def render_report(
         Page title.
     include_plots : bool
         Embed the figures (set False for a fast text-only report).
+    log : callable, optional
+        Called with one line as each section starts (progress; ``climb-bayes report`` prints
+        them on stderr).
     """
     from climb_bayes.viz import plots
 
+    say = log or (lambda _line: None)
     runs = fit.runs
     dmax = float(np.max(runs.run_budgets))
     budgets = list(budgets) if budgets else [dmax, 10 * dmax, 100 * dmax]
@@ -301,6 +306,7 @@ def render_report(
     )
     out.append(_table(parameter_table(fit), "parameter-table"))
 
+    say("report: parameters and fit quality")
     out.append('<h2 id="fit-quality">Fit quality</h2>')
     obs = np.asarray(fit.tree["observed_data"]["log_loss"].values)
     pp = np.asarray(fit.tree["posterior_predictive"]["log_loss"].values).reshape((-1, obs.size))
@@ -321,6 +327,7 @@ def render_report(
     if include_plots:
         out.append(_img(plots.plot_fit(fit), "observed vs predicted"))
 
+    say("report: predictions under the default predictive")
     out.append('<h2 id="predictions">Predictions at target budgets</h2>')
     out.append(
         '<p class="note">Uniform mixture, under the default predictive (the stacked laws with '
@@ -333,6 +340,7 @@ def render_report(
     if include_plots:
         out.append(_img(plots.plot_fan(fit), "loss fan chart"))
 
+    say("report: r* under the default predictive and under CLIMB")
     out.append(f'<h2 id="rstar">Optimal mixture r* at {plots.format_tokens(target)} tokens</h2>')
     table, source = rstar_table(fit, target)
     out.append(_table(table, "rstar-table", "{:.4f}"))
@@ -359,8 +367,11 @@ def render_report(
 
 
 def write_report(fit: Fit, path: str | os.PathLike[str], **options: object) -> Path:
-    """Render :func:`render_report` and write it to ``path`` (UTF-8)."""
+    """Render :func:`render_report` and write it to ``path`` (UTF-8, atomically: a failed
+    render or write leaves any earlier report in place)."""
+    from climb_bayes.atomic import atomic_write_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(fit, **options), encoding="utf-8")  # type: ignore[arg-type]
+    atomic_write_text(path, render_report(fit, **options))  # type: ignore[arg-type]
     return path

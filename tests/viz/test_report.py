@@ -56,7 +56,9 @@ def test_report_self_contained(report_html):
 
 
 def test_report_point_fit_without_plots(map_fit3):
-    text = render_report(map_fit3, include_plots=False)
+    lines: list[str] = []
+    text = render_report(map_fit3, include_plots=False, log=lines.append)
+    assert len(lines) == 3 and all(line.startswith("report: ") for line in lines)  # progress
     assert "Point fit: no sampler diagnostics" in text
     assert 'id="rstar-table"' in text
     assert "No robustness results given" in text
