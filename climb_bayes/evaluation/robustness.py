@@ -913,8 +913,11 @@ def _jsonable(x: Any) -> Any:
 
 
 def save_results(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write the results dict as JSON (the file ``climb-bayes report --robustness`` reads)."""
+    """Write the results dict as JSON (the file ``climb-bayes report --robustness`` reads),
+    atomically: an interrupted write leaves any earlier results in place."""
+    from climb_bayes.atomic import atomic_write_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_jsonable(results), indent=1), encoding="utf-8")
+    atomic_write_text(path, json.dumps(_jsonable(results), indent=1))
     return path

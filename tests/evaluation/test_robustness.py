@@ -181,3 +181,15 @@ def test_run_ids_that_look_like_study_names_stay_in_their_study(sim_frame3):
     assert "without the-largest budget" in influence
     assert len(influence) == len(ids)
     assert [v["variant"] for v in studies["budget"]["variants"]] == ["without the largest budget"]
+
+
+def test_results_file_is_plain_json_written_in_place(tmp_path):
+    """``save_results``: numpy values become JSON numbers and lists; the file replaces an
+    earlier one whole (atomic write: no temporary left beside it)."""
+    from climb_bayes.evaluation.robustness import save_results
+
+    path = tmp_path / "out" / "robustness.json"
+    save_results({"verdict": {"robust": np.bool_(True)}, "shift": np.array([0.1, 0.2])}, path)
+    save_results({"verdict": {"robust": False}, "shift": np.float64(0.3)}, path)
+    assert json.loads(path.read_text()) == {"verdict": {"robust": False}, "shift": 0.3}
+    assert [p.name for p in path.parent.iterdir()] == ["robustness.json"]
