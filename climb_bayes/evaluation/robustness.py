@@ -82,6 +82,7 @@ __all__ = [
     "run_robustness",
     "attach_sbc",
     "save_results",
+    "load_results",
 ]
 
 STUDIES = ("prior", "likelihood", "budget", "influence", "bootstrap")
@@ -921,3 +922,33 @@ def save_results(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(_jsonable(results), indent=1))
     return path
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a results file :func:`save_results` wrote (``climb-bayes report --robustness``).
+
+    Raises
+    ------
+    ClimbError
+        Missing or unreadable file, not JSON, or JSON that is not a robustness results file;
+        the message names the file and the fix.
+    """
+    path = Path(path)
+    fix = "Fix: pass the JSON file that `climb-bayes robustness FIT.nc -o FILE` wrote."
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ClimbError(f"{path}: not found. {fix}") from None
+    except json.JSONDecodeError as exc:
+        raise ClimbError(
+            f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}). {fix}"
+        ) from None
+    except UnicodeDecodeError:
+        raise ClimbError(f"{path}: not a text (JSON) file. {fix}") from None
+    except OSError as exc:
+        raise ClimbError(f"{path}: cannot be read ({exc}). {fix}") from None
+    if not isinstance(data, dict) or not {"verdict", "studies", "sbc"} & set(data):
+        raise ClimbError(
+            f"{path}: not a robustness results file (no 'verdict', 'studies' or 'sbc'). {fix}"
+        )
+    return data

@@ -12,7 +12,6 @@ extrapolation discrepancy), parameter table, fit quality, predictions at target 
 from __future__ import annotations
 
 import html
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -174,13 +173,12 @@ def _img(fig: object, alt: str) -> str:
     return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{figure_png_base64(fig)}">'
 
 
-def _robustness_section(path: str | os.PathLike[str] | None) -> str:
-    if path is None:
+def _robustness_section(data: dict | None) -> str:
+    if data is None:
         return (
             '<p class="note">No robustness results given. Run <code>climb-bayes robustness '
             "fit.nc</code> and pass <code>--robustness</code> to include them.</p>"
         )
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
     parts = []
     verdict = data.get("verdict", {})
     ok = verdict.get("robust", "sbc" in data) and verdict.get("sbc_passed", True)
@@ -244,9 +242,11 @@ def render_report(
         Called with one line as each section starts (progress; ``climb-bayes report`` prints
         them on stderr).
     """
+    from climb_bayes.evaluation.robustness import load_results
     from climb_bayes.viz import plots
 
     say = log or (lambda _line: None)
+    results = None if robustness is None else load_results(robustness)  # fail before the work
     runs = fit.runs
     dmax = float(np.max(runs.run_budgets))
     budgets = list(budgets) if budgets else [dmax, 10 * dmax, 100 * dmax]
@@ -361,7 +361,7 @@ def render_report(
             out.append(_img(plots.plot_trace(fit), "trace and rank plots"))
 
     out.append('<h2 id="robustness">Robustness</h2>')
-    out.append(_robustness_section(robustness))
+    out.append(_robustness_section(results))
     out.append("</body></html>")
     return "\n".join(out)
 

@@ -354,6 +354,15 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
     assert code == 2 and "--lfo-folds must be >= 1" in err
     code, _o, err = _run(["evaluate", runs, "--lfo", "--target-accept", "1.5"], capsys)
     assert code == 2 and "--target-accept must lie in (0, 1)" in err
+    # report: a bad budget, and a robustness file that is not one, fail before any work
+    report = ["report", good_fit_path, "--no-plots", "-o", tmp_path / "r.html"]
+    code, _o, err = _run([*report, "--budget", "-5"], capsys)
+    assert code == 2 and "--budget must be a positive number of tokens, got -5" in err
+    for text, says in (("{bad", "not JSON (line 1, column 2"), ("[1, 2]", "not a robustness")):
+        (tmp_path / "rob.json").write_text(text)
+        code, _o, err = _run([*report, "--robustness", tmp_path / "rob.json"], capsys)
+        assert code == 2 and says in err and "Fix: pass the JSON file" in err
+        assert "Traceback" not in err and not (tmp_path / "r.html").exists()
 
 
 def test_predict_combine_option_names_the_rule(good_fit_path, capsys):
