@@ -98,6 +98,8 @@ def simulate(
         except ValueError:
             raise ClimbError(f"{name}: expected comma-separated numbers, got {text!r}.") from None
 
+    if not (np.isfinite(sigma) and sigma >= 0):
+        raise ClimbError(f"--sigma is a noise sd on log-loss and must be >= 0, got {sigma:g}.")
     langs = [s.strip() for s in languages.split(",") if s.strip()]
     budget_list = floats(budgets, "--budgets")
     if params_file is not None:

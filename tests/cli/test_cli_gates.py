@@ -354,6 +354,8 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
     assert code == 2 and "--lfo-folds must be >= 1" in err
     code, _o, err = _run(["evaluate", runs, "--lfo", "--target-accept", "1.5"], capsys)
     assert code == 2 and "--target-accept must lie in (0, 1)" in err
+    code, _o, err = _run(["simulate", "-o", tmp_path / "s.csv", "--sigma", "-1"], capsys)
+    assert code == 2 and "--sigma" in err and not (tmp_path / "s.csv").exists()
     # report: a bad budget, and a robustness file that is not one, fail before any work
     report = ["report", good_fit_path, "--no-plots", "-o", tmp_path / "r.html"]
     code, _o, err = _run([*report, "--budget", "-5"], capsys)
