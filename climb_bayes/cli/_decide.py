@@ -294,6 +294,14 @@ def _combine_text(ens: object, combine: str) -> str:
     )
 
 
+WEIGHT_METHOD_WORDS = {
+    "lfo-bootstrap-stacking": "weights by leave-future-out stacking",
+    "lfo-stacking": "weights by leave-future-out stacking, points independent",
+    "loo-stacking": "weights by PSIS-LOO stacking: extrapolation not checked",
+}
+"""How the weights were found (:data:`climb_bayes.inference.ensemble.WEIGHT_METHODS`), in words."""
+
+
 def predictive_line(ens: object, combine: str | None = None) -> str:
     """One line naming the predictive: the stacked laws and weights, or the single law; with
     ``combine`` (``predict``), how the laws' intervals are combined."""
@@ -311,12 +319,14 @@ def predictive_line(ens: object, combine: str | None = None) -> str:
         line = (
             "predictive: stacked laws ("
             + ", ".join(f"{k} {ens.weights[k]:.2f}" for k in order)
-            + f"; {ens.weight_method}); --law NAME for one law"
+            + f"; {WEIGHT_METHOD_WORDS.get(ens.weight_method, ens.weight_method)}); --law NAME "
+            "for one law"
         )
         if combine is not None and sum(w > 0 for w in ens.weights.values()) > 1:
             line += "; " + _combine_text(ens, combine)
     disc = [k for k, f in ens.fits.items() if f.discrepancy is not None]
     if disc:
         src = {ens.fits[k].discrepancy.source for k in disc}
-        line += "; extrapolation discrepancy from " + "/".join(sorted(src))
+        words = {"lfo": "learned from leave-future-out residuals", "prior": "from its prior"}
+        line += "; extrapolation discrepancy " + " / ".join(words.get(x, x) for x in sorted(src))
     return line + (f"\nnote: {note}" if note else "")
