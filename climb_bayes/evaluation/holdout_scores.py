@@ -27,7 +27,7 @@ import numpy as np
 
 from climb_bayes.data.observations import Observations
 from climb_bayes.evaluation.metrics import COVERAGE_LEVELS, score
-from climb_bayes.inference.convergence import law_problems
+from climb_bayes.inference.convergence import ConvergenceGate, law_problems
 from climb_bayes.inference.predictive import (
     log_predictive_density,
     predictive_parts,
@@ -193,9 +193,13 @@ def format_table(
     body, notes = [], []
     for row in rows:
         problems = law_problems(row.info)
+        # a Laplace approximation far from its posterior converged: say what failed, as the
+        # fit gate does (ConvergenceGate.verdict)
+        poor = ConvergenceGate(tuple(problems)).kinds == {"approximation"}
         if problems and row.subset == "positive":
             where = f" on {row.dataset}" if row.dataset else ""
-            notes.append(f"{row.law} ({row.method}{where}) NOT converged: {'; '.join(problems)}")
+            what = "is a poor approximation of its posterior" if poor else "NOT converged"
+            notes.append(f"{row.law} ({row.method}{where}) {what}: {'; '.join(problems)}")
         flat = row.flat()
         cells = ([row.dataset] if with_dataset else []) + [
             row.law,
@@ -206,7 +210,7 @@ def format_table(
             str(row.n_params),
         ]
         cells += [_fmt(flat.get(k), f) for k, _h, f in METRIC_COLUMNS]
-        cells.append("NO (see below)" if problems else "yes")
+        cells.append(("poor approx." if poor else "NO") + " (see below)" if problems else "yes")
         body.append(cells)
     notes = [f"WARNING: {n}; its numbers are not trustworthy." for n in notes]
     if markdown:

@@ -210,3 +210,25 @@ def test_separately_read_test_table_is_not_conditioned_on_fitted_runs(sim_frame3
     # a run of the fit table itself is still recognised (the conditional is narrower)
     same = predictive_parts(fit, fit_obs, known_runs=True)
     assert np.any(same.shift != 0.0) and np.all(same.scale <= new.scale.max() + 1e-12)
+
+
+def test_table_says_which_check_a_law_failed():
+    """A Laplace approximation far from its posterior converged: the table calls it a poor
+    approximation, as the fit gate does; a failed search is "NOT converged"."""
+    from climb_bayes.evaluation.holdout_scores import EvalRow
+
+    metrics = {"n": 10, "mre": 0.01}
+    rows = [
+        EvalRow(
+            "climb", "laplace", "positive", 20, 5, metrics, {"pareto_k": 2.0, "pareto_k_max": 0.7}
+        ),
+        EvalRow("msl", "laplace", "positive", 20, 5, metrics, {"converged": False}),
+        EvalRow(
+            "dml", "laplace", "positive", 20, 5, metrics, {"pareto_k": 0.3, "pareto_k_max": 0.7}
+        ),
+    ]
+    text = format_table(rows)
+    assert "| poor approx. (see below) |" in text and "| NO (see below) |" in text
+    assert "climb (laplace) is a poor approximation of its posterior: Laplace" in text
+    assert "msl (laplace) NOT converged: optimizer did not converge" in text
+    assert "dml (laplace)" not in text and text.count("| yes |") == 1
