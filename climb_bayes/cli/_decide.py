@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from climb_bayes.errors import ClimbError
-from climb_bayes.viz.fit_text import TEXT_WIDTH
+from climb_bayes.viz.fit_text import DISCREPANCY_SOURCE_WORDS, TEXT_WIDTH
 
 __all__ = [
     "echo_err",
@@ -327,6 +327,6 @@ def predictive_line(ens: object, combine: str | None = None) -> str:
     disc = [k for k, f in ens.fits.items() if f.discrepancy is not None]
     if disc:
         src = {ens.fits[k].discrepancy.source for k in disc}
-        words = {"lfo": "learned from leave-future-out residuals", "prior": "from its prior"}
-        line += "; extrapolation discrepancy " + " / ".join(words.get(x, x) for x in sorted(src))
+        words = (DISCREPANCY_SOURCE_WORDS.get(x, x) for x in sorted(src))
+        line += "; extrapolation discrepancy " + " / ".join(words)
     return line + (f"\nnote: {note}" if note else "")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from climb_bayes.cli._decide import load_fit_checked, strict_option
-from climb_bayes.errors import ClimbError
 
 __all__ = ["plot"]
 
@@ -61,10 +60,11 @@ def plot(
     formats: tuple[str, ...],
 ) -> None:
     """Draw figures of the fit in FIT.nc into a folder, one file per kind and format."""
+    from climb_bayes.decisions.optimization import check_budget
     from climb_bayes.viz.plots import KINDS, save_figure
 
-    if budget is not None and not (budget > 0 and budget < float("inf")):
-        raise ClimbError(f"--budget must be a positive number of tokens, got {budget:g}.")
+    if budget is not None:
+        check_budget(budget)
     fit = load_fit_checked(fit_path, strict)
     selected = list(KINDS) if "all" in kinds else list(dict.fromkeys(kinds))
     for kind in selected:

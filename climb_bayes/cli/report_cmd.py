@@ -51,14 +51,11 @@ def report(
     (stacking weights, leave-future-out check, discrepancy), parameters, fit quality,
     predictions and r* under the default predictive, baselines and (optionally) robustness
     verdicts."""
-    import math
-
-    from climb_bayes.errors import ClimbError
+    from climb_bayes.decisions.optimization import check_budget
     from climb_bayes.viz.report import write_report
 
     for b in budgets:
-        if not (math.isfinite(b) and b > 0):
-            raise ClimbError(f"--budget must be a positive number of tokens, got {b:g}.")
+        check_budget(b)
     fit = load_fit_checked(fit_path, strict)
     path = write_report(
         fit,

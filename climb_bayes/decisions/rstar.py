@@ -63,18 +63,21 @@ def predictive_rstar_draws(
     weights: Sequence[float] | None = None,
     max_draws: int = MAX_DRAWS,
     seed: int = 0,
+    start: np.ndarray | None = None,
 ) -> np.ndarray:
     """Draws of ``r*`` under the fit's default predictive: ``(S, m)``, ``S <= max_draws``.
 
     The stacked laws' posterior draws with their extrapolation discrepancy
     (:meth:`Fit.ensemble`, :func:`climb_bayes.decisions.ensemble_decision.decision_draws`),
     each minimised over the simplex as ``climb-bayes optimize`` does for its ``r* (default)``
-    column; CLIMB's own :func:`rstar_draws` (median) starts the solver.
+    column. The solver starts at ``start`` ``(m,)``, by default the median of CLIMB's own
+    :func:`rstar_draws` (pass it when you have those draws already).
     """
     from climb_bayes.decisions import ensemble_decision as ed
 
     m = len(fit.languages)
     w = np.ones(m) if weights is None else np.asarray(weights, dtype=float)
     draws = ed.decision_draws(fit.ensemble(), check_budget(budget), max_draws, seed=seed)
-    start = np.median(rstar_draws(fit, budget, weights, max_draws), axis=0)
+    if start is None:
+        start = np.median(rstar_draws(fit, budget, weights, max_draws), axis=0)
     return ed.optimum_draws(draws, w / w.sum(), np.zeros(m), np.ones(m), start=start)

@@ -12,7 +12,19 @@ import textwrap
 
 import numpy as np
 
-__all__ = ["laplace_summary", "no_lfo_reason", "ensemble_lines", "TEXT_WIDTH"]
+__all__ = [
+    "laplace_summary",
+    "no_lfo_reason",
+    "ensemble_lines",
+    "TEXT_WIDTH",
+    "DISCREPANCY_SOURCE_WORDS",
+]
+
+DISCREPANCY_SOURCE_WORDS = {
+    "lfo": "learned from leave-future-out residuals",
+    "prior": "from its prior",
+}
+"""Where a law's extrapolation discrepancy came from (``Discrepancy.source``), in words."""
 
 TEXT_WIDTH = 100
 """Characters per line of the wrapped text (the width of the command line's tables)."""
@@ -130,7 +142,7 @@ def ensemble_lines(result, width: int = TEXT_WIDTH) -> list[str]:
     if disc is not None:
         # the sd at 10x each language's largest fitted budget: a number in log-loss units
         sd10 = np.median(disc.tau, axis=0) * disc.distance_at(10.0 * disc.hi)
-        src = "learned from leave-future-out residuals" if disc.source == "lfo" else "its prior"
+        src = DISCREPANCY_SOURCE_WORDS.get(disc.source, disc.source)
         lines += textwrap.wrap(
             f"CLIMB extrapolation discrepancy ({src}): sd of log-loss at 10x the largest fitted "
             "budget "

@@ -350,8 +350,8 @@ def plot_rstar(
     ``optimize``'s ``r* (default)``) and under CLIMB's posterior alone, side by side, with
     baseline mixtures overlaid."""
     budget = default_target_budget(fit) if budget is None else float(budget)
-    stacked = predictive_rstar_draws(fit, budget, weights)
     climb, source = rstar_draws(fit, budget, weights), RSTAR_SOURCE
+    stacked = predictive_rstar_draws(fit, budget, weights, start=np.median(climb, axis=0))
     langs = fit.languages
     m = len(langs)
     x = np.arange(m)

@@ -140,8 +140,8 @@ def rstar_table(fit: Fit, budget: float, level: float = 0.9) -> tuple[pd.DataFra
     )
     from climb_bayes.viz.plots import baseline_mixtures, predict_log_loss
 
-    draws, source = predictive_rstar_draws(fit, budget), RSTAR_SOURCE
-    climb = rstar_draws(fit, budget)
+    climb, source = rstar_draws(fit, budget), RSTAR_SOURCE
+    draws = predictive_rstar_draws(fit, budget, start=np.median(climb, axis=0))
     law = subsample_law(fit)
     q = (1 - level) / 2
     rows = {}

@@ -347,7 +347,7 @@ def test_render_table_sizes_columns_to_content():
 def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, capsys):
     """Cases from docs/decisions.md's table that used to pass silently or mislead."""
     code, _o, err = _run(["plot", good_fit_path, "--kind", "fan", "--budget", "-1"], capsys)
-    assert code == 2 and "--budget must be a positive" in err
+    assert code == 2 and "--budget: budgets must be positive numbers of tokens, got -1.0" in err
     runs = tmp_path / "runs.csv"
     runs.write_text("run_id,tokens,r_en,r_de,loss_en,loss_de\na,1e9,0.5,0.5,3.0,3.1\n")
     code, _o, err = _run(["evaluate", runs, "--lfo", "--lfo-folds", "0"], capsys)
@@ -359,7 +359,7 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
     # report: a bad budget, and a robustness file that is not one, fail before any work
     report = ["report", good_fit_path, "--no-plots", "-o", tmp_path / "r.html"]
     code, _o, err = _run([*report, "--budget", "-5"], capsys)
-    assert code == 2 and "--budget must be a positive number of tokens, got -5" in err
+    assert code == 2 and "--budget: budgets must be positive numbers of tokens, got -5.0" in err
     for text, says in (("{bad", "not JSON (line 1, column 2"), ("[1, 2]", "not a robustness")):
         (tmp_path / "rob.json").write_text(text)
         code, _o, err = _run([*report, "--robustness", tmp_path / "rob.json"], capsys)
