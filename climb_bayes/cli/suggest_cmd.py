@@ -17,6 +17,7 @@ from climb_bayes.cli._decide import (
     load_fit_checked,
     parse_budget,
     parse_budgets,
+    predictive_line,
     render_table,
     strict_option,
     write_frame,
@@ -26,13 +27,27 @@ from climb_bayes.errors import ClimbError
 __all__ = ["suggest"]
 
 
-SCOPE_NOTE = (
-    "note: the spreads are those of CLIMB's posterior alone: the other laws of the default "
-    "predictive and the extrapolation discrepancy (which `optimize` includes in r* (default)) "
-    "are not reweighted, so a run's value for learning how far the law extrapolates is not "
-    "counted."
+LOWER_BOUND_NOTE = (
+    "note: a reduction is a lower bound: it counts what a linear read of the run's outcome "
+    'tells about the target (docs/decisions.md, "suggest").'
 )
-"""What the ranking leaves out (printed under it; docs/decisions.md, "suggest")."""
+"""Printed under the ranking."""
+
+SMALL_REDUCTION_PCT = 5.0
+"""Below this best reduction (percent), :data:`SMALL_REDUCTION_NOTE` is printed."""
+
+SMALL_REDUCTION_NOTE = (
+    "note: no candidate narrows the target by 5% or more. Under the default predictive most of "
+    "the spread of r* far beyond the fitted budgets is how differently the laws may be off for "
+    "different mixtures, which one run measures at one mixture only; several runs at a larger "
+    "budget, or `--target loss` (the loss of the recommended mixture), are what one run can "
+    "inform."
+)
+"""Printed when no candidate reaches :data:`SMALL_REDUCTION_PCT`."""
+
+
+def _echo_wrapped(text: str, indent: str = "  ") -> None:
+    click.echo(textwrap.fill(text, TABLE_WIDTH, subsequent_indent=indent))
 
 
 @click.command(context_settings={"show_default": True, "max_content_width": 100})
@@ -70,14 +85,26 @@ SCOPE_NOTE = (
     help="Random (Dirichlet) candidate mixtures.",
 )
 @click.option(
-    "--outcomes", type=int, default=64, show_default=True, help="Simulated outcomes per candidate."
+    "--outcomes",
+    type=int,
+    default=None,
+    hidden=True,
+    help="Ignored since 2026-12-02 (every draw simulates one outcome); kept so old command "
+    "lines run.",
 )
 @click.option(
     "--max-draws",
     type=int,
     default=1000,
     show_default=True,
-    help="Use at most this many posterior draws.",
+    help="Joint draws of the predictive (law, posterior draw, discrepancy) to simulate.",
+)
+@click.option(
+    "--law",
+    "law_name",
+    default=None,
+    help="Rank under one law of the fit (e.g. climb) instead of the default stacked "
+    "predictive (all laws by their stacking weights, with their extrapolation discrepancy).",
 )
 @click.option("--top", type=int, default=10, show_default=True, help="Print the best N candidates.")
 @click.option(
@@ -100,25 +127,28 @@ def suggest(
     candidates: Path | None,
     candidate_budgets: str | None,
     n_random: int,
-    outcomes: int,
+    outcomes: int | None,
     max_draws: int,
+    law_name: str | None,
     top: int,
     seed: int,
     out: Path | None,
 ) -> None:
-    """Rank candidate next runs (mixture, budget) by the expected reduction of the posterior
-    spread of r* (or of the weighted loss) at the target budget.
+    """Rank candidate next runs (mixture, budget) by the expected reduction of the spread of
+    r* (or of the weighted loss) at the target budget under the default predictive.
 
-    Preposterior analysis: for each candidate, outcomes are simulated from the posterior
-    predictive, the posterior draws are reweighted by each outcome's likelihood, and the spread
-    of the target under the reweighted draws is averaged. One line of reasoning per candidate.
+    Preposterior analysis: every joint draw of the predictive (a law by its stacking weight, a
+    posterior draw of it, a realisation of its extrapolation discrepancy) gives the target at
+    the target budget and a simulated outcome of each candidate run (its tail's loss plus
+    noise); the spread left after the run is what a regression of the target on the outcome
+    cannot explain. A run beyond the fitted budgets is credited with what it shows about how far
+    the laws extrapolate. One line of reasoning per candidate.
 
     Example: climb-bayes suggest fit.nc --budget 1e12
     """
-    from climb_bayes.decisions.decision import bayes_decision, draw_losses
+    from climb_bayes.decisions import ensemble_decision as ed
     from climb_bayes.decisions.mixtures import parse_weights
     from climb_bayes.decisions.optimization import thin_index
-    from climb_bayes.decisions.prediction import noise_model
     from climb_bayes.decisions.solvers import direct_batch
     from climb_bayes.decisions.suggest import default_candidates, rank_candidates, read_candidates
     from climb_bayes.model.law import LawParams
@@ -132,22 +162,27 @@ def suggest(
             f"{'point fit' if fit.method == 'map' else f'fit with {fit.n_draws} draws'}. "
             f"Refit with `climb-bayes fit --method nuts`."
         )
-    if outcomes < 2:
-        raise ClimbError(f"--outcomes must be >= 2, got {outcomes}.")
+    if outcomes is not None:
+        echo_err("note: --outcomes is ignored (every draw simulates one outcome of each run).")
+    if max_draws < 1:
+        raise ClimbError(f"--max-draws must be >= 1, got {max_draws}.")
     w = parse_weights(weights, langs)
-    idx = thin_index(fit.n_draws, max_draws)
-    law = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
-    nm0 = noise_model(fit)
-    nm = nm0.take(idx)
+    ens = fit.ensemble()
+    if law_name is not None:
+        ens = ens.only(law_name.strip().lower())
     m = len(langs)
     lo, hi = np.zeros(m), np.ones(m)
-    echo_err(f"optimal mixture per draw at {fmt_tokens(target_budget)} ({len(idx)} draws)...")
-    rstar = direct_batch(law, target_budget, w, lo, hi).x
-    rec, _ = bayes_decision(law, target_budget, w, lo, hi, start=np.median(rstar, axis=0))
-    if target == "rstar":
-        values = rstar
-    else:
-        values = draw_losses(law, target_budget, rec, w)
+    idx = thin_index(fit.n_draws, max_draws)
+    climb = LawParams(*(np.asarray(x)[idx] for x in fit.law_draws()))
+    start = np.median(direct_batch(climb, target_budget, w, lo, hi).x, axis=0)
+    echo_err(
+        f"optimal mixture per joint draw at {fmt_tokens(target_budget)} ({max_draws} draws of "
+        "the predictive)..."
+    )
+    draws = ed.decision_draws(ens, target_budget, max_draws, seed=seed)
+    rstar = ed.optimum_draws(draws, w, lo, hi, start=start)
+    rec = ed.bayes_decision(draws, w, lo, hi, start=np.median(rstar, axis=0))
+    values = rstar if target == "rstar" else ed.draw_losses(draws, rec, w)
     if candidates is not None:
         cands = read_candidates(str(candidates), langs)
     else:
@@ -164,18 +199,20 @@ def suggest(
             echo_err(f"  preposterior analysis: {done}/{total} candidates")
 
     table = rank_candidates(
-        law, nm, langs, cands, values, target=target, n_outcomes=outcomes, seed=seed, progress=tick
+        ens, draws, langs, cands, values, target=target, seed=seed, progress=tick
     )
     click.echo(fit_header(fit, fit_file))
+    click.echo(predictive_line(ens))
     what = (
         "spread of r* (sd summed over languages)"
         if target == "rstar"
         else ("sd of the weighted loss of the recommended mixture (nats/token)")
     )
-    click.echo(
+    _echo_wrapped(
         f"target: {what} at {fmt_tokens(target_budget)} tokens; now "
-        f"{table['spread_now'].iloc[0]:.4f}; {len(cands)} candidates, {outcomes} simulated "
-        f"outcomes each, {len(idx)} draws"
+        f"{table['spread_now'].iloc[0]:.4f}; {len(cands)} candidates, {max_draws} joint draws "
+        "(after: expected spread after the run; signal: the language whose loss the draws "
+        "disagree on most, in units of its noise)"
     )
     rows = [
         [
@@ -185,19 +222,24 @@ def suggest(
             r.shares,
             f"{r.spread_after:.4f}",
             f"{r.reduction_pct:.0f}%",
-            f"{r.ess_median:.0f}",
+            f"{r.most_informative} {r.snr_max:.1f}x",
         ]
         for r in table.head(top).itertuples(index=False)
     ]
     click.echo(
         render_table(
-            rows, ["rank", "candidate", "budget", "mixture", "spread after", "reduction", "ESS"]
+            rows,
+            ["rank", "candidate", "budget", "mixture", "after", "reduction", "signal"],
         )
     )
     click.echo("\nwhy:")
     for r in table.head(top).itertuples(index=False):
-        click.echo(f"  {r.rank}. {r.candidate} @ {fmt_tokens(r.budget)}: {r.reason}")
-    click.echo(textwrap.fill(SCOPE_NOTE, TABLE_WIDTH, subsequent_indent="  "))
+        _echo_wrapped(
+            f"  {r.rank}. {r.candidate} @ {fmt_tokens(r.budget)}: {r.reason}", indent="     "
+        )
+    _echo_wrapped(LOWER_BOUND_NOTE)
+    if target == "rstar" and table["reduction_pct"].max() < SMALL_REDUCTION_PCT:
+        _echo_wrapped(SMALL_REDUCTION_NOTE)
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")

@@ -52,6 +52,7 @@ __all__ = [
     "BOUND_SMOOTH",
     "LawDraws",
     "decision_draws",
+    "draw_log_losses",
     "draw_losses",
     "optimum_draws",
     "bayes_decision",
@@ -84,11 +85,15 @@ class LawDraws(NamedTuple):
         reference units), ``shift`` ``(S_k, m)`` (``x tau sqrt(rho) a``), ``amp`` ``(S_k, F, m)``
         (``x tau sqrt(1 - rho) sqrt(2 / F) A``), ``omega`` ``(S_k, F, m)``, ``phase``
         ``(S_k, F)``.
+    index : numpy.ndarray or None
+        ``(S_k,)`` the law's posterior draws these are (indices into its
+        :class:`~climb_bayes.laws.base.LawFit` draws: its noise ``sigma[index]`` belongs to them).
     """
 
     law: Law
     theta: dict[str, Any]
     bounds: tuple = ()
+    index: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -128,7 +133,7 @@ def _law_draws(
         "omega": omega,
         "phase": phase,
     }
-    return LawDraws(fit.law, theta, bounds)
+    return LawDraws(fit.law, theta, bounds, idx)
 
 
 def _edge_bounds(
@@ -162,6 +167,14 @@ def decision_draws(
         Seed of the draw choice and of the discrepancy realisations.
     n_features : int
         Random Fourier features.
+
+    Notes
+    -----
+    The random numbers drawn do not depend on ``budget``: called with the same ensemble,
+    ``n_draws`` and ``seed`` at two budgets, draw ``s`` is the same law, the same posterior draw
+    and the same discrepancy realisation (``a``, the random features) evaluated at each budget
+    -- one joint draw of the loss curves, which :mod:`climb_bayes.decisions.suggest` uses to ask
+    what a run at one budget says about the answer at another.
     """
     rng = np.random.default_rng(seed)
     return [
@@ -201,20 +214,30 @@ def _shared(draws: Sequence[LawDraws], weights: np.ndarray) -> tuple:
     )
 
 
+def draw_log_losses(draws: Sequence[LawDraws], r: np.ndarray) -> np.ndarray:
+    """``(S, m)`` log-loss of every language at mixture ``r`` under every decision draw (the
+    law, its discrepancy and the monotone bounds; log nats/token)."""
+    r = jnp.asarray(np.asarray(r, dtype=float))
+    out = [
+        np.asarray(jax.vmap(lambda th, ld=ld: _log_losses(ld.law, ld.bounds, th, r))(ld.theta))
+        for ld in draws
+    ]
+    return np.concatenate(out)
+
+
 def draw_losses(draws: Sequence[LawDraws], r: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``(S,)`` weighted loss of mixture ``r`` under every decision draw (nats/token).
 
     ``inf`` where a language with positive weight gets no data under a law that cannot
     predict a zero share.
     """
-    r = jnp.asarray(np.asarray(r, dtype=float))
-    w = jnp.asarray(np.asarray(weights, dtype=float))
+    r = np.asarray(r, dtype=float)
+    w = np.asarray(weights, dtype=float)
     out = []
     for ld in draws:
-        vals = jax.vmap(lambda th, ld=ld: _value(ld.law, ld.bounds, r, th, w))(ld.theta)
-        vals = np.asarray(vals)
+        vals = np.exp(draw_log_losses([ld], r)) @ w
         if not ld.law.zero_share_ok:
-            vals = np.where(np.any((np.asarray(r) <= 0) & (np.asarray(w) > 0)), np.inf, vals)
+            vals = np.where(np.any((r <= 0) & (w > 0)), np.inf, vals)
         out.append(vals)
     return np.concatenate(out)
 

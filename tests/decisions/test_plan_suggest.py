@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from climb_bayes.cli import main
-from climb_bayes.decisions.optimization import thin_draws
-from climb_bayes.decisions.prediction import NoiseModel, noise_model
-from climb_bayes.decisions.solvers import direct_batch
+from climb_bayes.decisions.ensemble_decision import decision_draws, draw_losses, optimum_draws
 from climb_bayes.decisions.suggest import (
     Candidate,
     default_candidates,
     rank_candidates,
     read_candidates,
-    weighted_spread,
+    spread_after,
 )
 from climb_bayes.errors import ClimbError
 
@@ -84,63 +84,96 @@ def test_plan_cli_stdout_and_errors(capsys):
 # -- suggest -----------------------------------------------------------------------------------
 
 
-def test_weighted_spread_matches_numpy():
+def test_spread_after_matches_the_gaussian_posterior_variance():
+    """Q ~ N(0, 1), y = Q + N(0, s^2): E Var(Q | y) = s^2 / (1 + s^2); the regression finds it.
+    Outcomes unrelated to Q teach nothing (the spread after is the spread now)."""
     rng = np.random.default_rng(0)
-    q = rng.normal(size=(50, 3))
-    w = np.full(50, 1 / 50)
-    np.testing.assert_allclose(weighted_spread(q, w), q.var(axis=0).sum())
-    w2 = rng.dirichlet(np.ones(50), size=4)
-    for k in range(4):
-        mean = w2[k] @ q
-        np.testing.assert_allclose(
-            weighted_spread(q, w2[k]), (w2[k] @ (q - mean) ** 2).sum(), rtol=1e-10
-        )
+    q = rng.standard_normal((4000, 1))
+    for s in (0.5, 1.0, 2.0):
+        y = q + s * rng.standard_normal((4000, 1))
+        assert spread_after(q, y) == pytest.approx(s**2 / (1 + s**2), rel=0.06)
+    noise = rng.standard_normal((4000, 3))
+    assert spread_after(q, noise) == pytest.approx(float(q.var()), rel=1e-12)
+    # two target components, one outcome about each: the spreads add
+    q2 = rng.standard_normal((4000, 2))
+    y2 = q2 + rng.standard_normal((4000, 2))
+    assert spread_after(q2, y2) == pytest.approx(1.0, rel=0.06)
 
 
 @pytest.fixture(scope="module")
-def small_posterior(nuts_fit3):
-    law = thin_draws(nuts_fit3.law_draws(), 200)
-    nm0 = noise_model(nuts_fit3)
-    idx = np.unique(np.linspace(0, nuts_fit3.n_draws - 1, 200).round().astype(int))
-    nm = nm0.take(idx)  # sigma and (learned) df of the same draws
+def joint3(nuts_fit3):
+    """The default predictive of the 3-language NUTS fit (fitted budgets 5e9 and 2.5e10; its
+    discrepancy from the prior), r* per joint draw at 1e12 and the uniform mixture's loss."""
+    ens = nuts_fit3.ensemble()
     m = len(nuts_fit3.languages)
-    rstar = direct_batch(law, 1e12, np.full(m, 1 / m), np.zeros(m), np.ones(m)).x
-    return law, nm, rstar
+    w = np.full(m, 1 / m)
+    draws = decision_draws(ens, 1e12, 400, seed=0)
+    rstar = optimum_draws(draws, w, np.zeros(m), np.ones(m))
+    return ens, draws, rstar, draw_losses(draws, w, w)
 
 
-def test_preposterior_reduction_tracks_noise(nuts_fit3, small_posterior):
-    """A run measured with huge noise teaches nothing; a precisely measured one a lot."""
-    law, nm, rstar = small_posterior
+def _with_noise(ens, sigma):
+    fits = {
+        k: replace(f, sigma=np.full_like(f.sigma, sigma), sigma_run=None)
+        for k, f in ens.fits.items()
+    }
+    return replace(ens, fits=fits)
+
+
+def test_decision_draws_at_two_budgets_are_one_joint_draw(joint3):
+    """Same seed, two budgets: the same law draws and discrepancy realisations; beyond the
+    fitted range the discrepancy's part of the log-loss scales with the distance."""
+    ens, draws, _, _ = joint3
+    again = decision_draws(ens, 4e11, 400, seed=0)
+    for a, b in zip(draws, again, strict=True):
+        np.testing.assert_array_equal(a.index, b.index)
+        np.testing.assert_array_equal(a.theta["phase"], b.theta["phase"])
+        ratio = b.theta["shift"] / a.theta["shift"]
+        np.testing.assert_allclose(ratio, np.broadcast_to(ratio[:1], ratio.shape), rtol=1e-9)
+        assert np.all(ratio < 1.0)  # 4e11 is nearer the fitted range than 1e12
+
+
+def test_a_run_beyond_the_fitted_budgets_teaches_the_discrepancy(nuts_fit3, joint3):
+    """The spread of the uniform mixture's loss at 1e12 is mostly the extrapolation
+    discrepancy. A run at the largest fitted budget (2.5e10) sees none of it; the same mixture
+    at 1e11 shares the draw's discrepancy, so it narrows the loss a lot. A run measured with huge
+    noise is worth nothing. r* at 40x is mostly the mixture-specific discrepancy, which one run
+    cannot pin down: no run is credited with much (a CLIMB-posterior-only ranking credited runs
+    with the parameters' share alone)."""
+    ens, draws, rstar, loss = joint3
     langs = nuts_fit3.languages
-    cand = [Candidate("uniform", np.full(3, 1 / 3), 1e11)]
-    noisy = NoiseModel(np.full_like(nm.sigma, 5.0), "normal")
-    precise = NoiseModel(np.full_like(nm.sigma, 1e-3), "normal")
-    a = rank_candidates(law, noisy, langs, cand, rstar, n_outcomes=32)
-    b = rank_candidates(law, precise, langs, cand, rstar, n_outcomes=32)
-    assert abs(a["reduction_pct"].iloc[0]) < 5.0
-    assert b["reduction_pct"].iloc[0] > 20.0
-    assert "within the noise" in a["reason"].iloc[0]
+    uniform = np.full(3, 1 / 3)
+    cands = [Candidate("inside", uniform, 2.5e10), Candidate("beyond", uniform, 1e11)]
+    table = rank_candidates(ens, draws, langs, cands, loss, target="loss").set_index("candidate")
+    assert table.loc["beyond", "reduction_pct"] > 25.0
+    assert table.loc["inside", "reduction_pct"] < 3.0
+    assert table.loc["beyond", "snr_max"] > 2 * table.loc["inside", "snr_max"]
+    assert "nats" in table.loc["beyond", "reason"]
+    noisy = rank_candidates(_with_noise(ens, 5.0), draws, langs, cands, loss, target="loss")
+    assert noisy["reduction_pct"].abs().max() < 3.0
+    assert "within the noise" in noisy["reason"].iloc[0]
+    for_rstar = rank_candidates(ens, draws, langs, cands, rstar)
+    assert for_rstar["reduction_pct"].max() < 10.0
+    assert for_rstar["spread_now"].iloc[0] > 0.1
 
 
-def test_rank_candidates_table(nuts_fit3, small_posterior):
-    law, nm, rstar = small_posterior
+def test_rank_candidates_table(nuts_fit3, joint3):
+    ens, draws, rstar, _ = joint3
     langs = nuts_fit3.languages
     cands = default_candidates(langs, [2.5e10, 1e11], recommended=rstar.mean(axis=0), n_random=2)
     assert len(cands) == 2 * (1 + 1 + 3 + 2)
     for c in cands:
         assert abs(c.shares.sum() - 1) < 1e-12 and c.shares.min() > 0
-    df = rank_candidates(law, nm, langs, cands, rstar, n_outcomes=16)
+    df = rank_candidates(ens, draws, langs, cands, rstar)
     assert list(df["rank"]) == list(range(1, len(cands) + 1))
     assert (np.diff(df["reduction"].to_numpy()) <= 1e-15).all()
+    assert (df["spread_after"] <= df["spread_now"] + 1e-12).all()
     assert df["reason"].str.len().min() > 20
-    with pytest.raises(ClimbError, match="NUTS"):
-        rank_candidates(
-            thin_draws(law, 1),
-            nm.take(np.arange(1)),
-            langs,
-            cands,
-            rstar[:1],
-        )
+    few = decision_draws(ens, 1e12, 30, seed=0)
+    with pytest.raises(ClimbError, match="max-draws"):
+        rank_candidates(ens, few, langs, cands, rstar[:30])
+    with pytest.raises(ClimbError, match="draws"):
+        rank_candidates(ens, few, langs, cands, rstar)
 
 
 def test_read_candidates(tmp_path):
@@ -182,10 +215,17 @@ def test_suggest_cli(fit_files, tmp_path, capsys, monkeypatch):
         ]
     )
     assert rc == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "why:" in text and text.count(" tokens the ") >= 3
+    assert "predictive: climb alone" in text and "signal" in text
+    ranking = text[text.index("target:") :].splitlines()  # the header lines are shared
+    assert [line for line in ranking if len(line) > 100] == []
+    assert "--outcomes is ignored" in captured.err
     df = pd.read_csv(out)
     assert len(df) == 14 and df["rank"].iloc[0] == 1
+    # r* 40x beyond two budgets: no run narrows it much, and the command says why
+    assert df["reduction_pct"].max() < 5.0 and "no candidate narrows" in text
     rc = main(
         [
             "suggest",
