@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/cli_path.py [--sets rp-70M] [--data ../shared/data] [--work DIR]
-        [--no-series] [--fit-args "--samples 2000"] [--reuse] [--out FILE]
+        [--no-series | --blank-series] [--fit-args "--samples 2000"] [--reuse] [--out FILE]
 
 ``benchmarks/real_data.py`` scores the shipped predictive through the Python API, with the
 benchmark's own sampler settings and with each held-out checkpoint conditioned on its training
@@ -15,9 +15,11 @@ knows nothing of the held-out trajectories), then ``climb-bayes predict --contin
 each held-out mixture's training run by its ``run_series`` label (the same runs, continued: rows
 ``continued run``; not with ``--no-series``), and scores the intervals against the published
 losses. ``--reuse`` keeps a fit already in ``--work`` (with its saved output and time).
-``--no-series`` leaves the ``run_series`` column out (every checkpoint its own run), as a table
-without it would be read. The splits are those of
-``benchmarks/real_data.py`` (``rp-<size>``: fit steps <= 16k, score the final 30k;
+``--no-series`` leaves the ``run_series`` column out, as a table without it would be read
+(since 2026-12-02 the reader then takes each mixture's checkpoints as one training run,
+:func:`climb_bayes.data.runs.infer_checkpoint_series`); ``--blank-series`` writes the column
+empty (every checkpoint its own run: how a table without it was read before). The splits are
+those of ``benchmarks/real_data.py`` (``rp-<size>``: fit steps <= 16k, score the final 30k;
 ``5mix-<size>``: fit <= 12k, score 20k and later); losses at share 0 are not scored.
 
 Rows ``expected`` are the law's own interval (parameter uncertainty only), ``predictive`` the
@@ -49,8 +51,16 @@ from climb_bayes.evaluation.metrics import mean_relative_error  # noqa: E402
 LEVELS = ("50%", "90%")
 
 
+SERIES_MODES = {
+    "labels": "yes",
+    "absent": "no (the reader infers one training run per mixture)",
+    "blank": "empty (every checkpoint its own run)",
+}
+"""How the fit table states the checkpoints' training runs, and the table's words for it."""
+
+
 def write_split(
-    obs, fit_sel, test_sel, folder: Path, series: bool
+    obs, fit_sel, test_sel, folder: Path, series: str
 ) -> tuple[Path, Path, list, set[str]]:
     """The fit table (wide CSV), the held-out mixtures (CSV), the held-out losses
     ``[(mixture, budget, group, loss)]`` of one split, and the ``run_series`` labels of the
@@ -64,7 +74,12 @@ def write_split(
     run_fit[obs.run[fit_sel]] = True
     run_test[obs.run[test_sel]] = True
     fit_path = folder / "fit_runs.csv"
-    frame[run_fit].drop(columns=[] if series else [SERIES_COLUMN]).to_csv(fit_path, index=False)
+    table = frame[run_fit]
+    if series == "absent":
+        table = table.drop(columns=[SERIES_COLUMN])
+    elif series == "blank":
+        table = table.assign(**{SERIES_COLUMN: ""})
+    table.to_csv(fit_path, index=False)
     test = frame[run_test]
     shares = [c for c in frame.columns if c.startswith("r_")]
     mix = test[[SERIES_COLUMN, *shares]].drop_duplicates(SERIES_COLUMN)
@@ -95,7 +110,7 @@ def score(pred: pd.DataFrame, truth: list) -> list[dict]:
 
 
 def run_set(
-    name, obs, fit_sel, test_sel, work: Path, series: bool, fit_args: list[str], reuse: bool
+    name, obs, fit_sel, test_sel, work: Path, series: str, fit_args: list[str], reuse: bool
 ) -> dict:
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -124,7 +139,7 @@ def run_set(
     _predict(fit_file, pred_path, budgets, ["--mixtures", str(mix_path)])
     pred = pd.read_csv(pred_path)
     scores = score(pred, truth)
-    if series:  # each held-out mixture as the continuation of its fitted training run
+    if series == "labels":  # each held-out mixture as the continuation of its training run
         held = sorted({t[0] for t in truth} & fitted)  # named by run_series label, as a user
         flags = [a for label in held for a in ("--continue-run", label)]
         path = folder / "continue.csv"
@@ -149,9 +164,9 @@ def _predict(fit_file: Path, out: Path, budgets: list[float], args: list[str]) -
     subprocess.run(cmd, capture_output=True, text=True, check=True)
 
 
-def format_rows(results: list[dict], series: bool) -> str:
+def format_rows(results: list[dict], series: str) -> str:
     lines = [
-        f"run_series column: {'yes' if series else 'no (every checkpoint its own run)'}",
+        f"run_series column: {SERIES_MODES[series]}",
         "",
         "| set | quantity | n | cov50 | cov90 | MRE | fit s | fit verdict | stacking weights |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -171,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default="rp-70M", help="comma-separated, e.g. rp-70M,5mix-70M")
     parser.add_argument("--data", type=Path, default=None, help="shared data folder")
     parser.add_argument("--work", type=Path, default=None, help="keep the CSVs and fits here")
-    parser.add_argument("--no-series", action="store_true", help="leave run_series out")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--no-series", action="store_true", help="leave run_series out")
+    how.add_argument(
+        "--blank-series", action="store_true", help="write run_series empty (no checkpoints)"
+    )
     parser.add_argument("--fit-args", default="", help="extra climb-bayes fit options")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
     parser.add_argument(
@@ -194,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown set(s) {', '.join(unknown)}; known: {', '.join(splits)}")
     work = args.work or Path(tempfile.mkdtemp(prefix="climb-cli-path-"))
-    series = not args.no_series
+    series = "absent" if args.no_series else "blank" if args.blank_series else "labels"
     t0 = time.perf_counter()
     results = [
         run_set(name, *splits[name], work, series, shlex.split(args.fit_args), args.reuse)

@@ -253,17 +253,37 @@ def test_run_series_groups_checkpoints_of_one_training_run(form):
     assert sub.series_labels == ("m1", "m2", "m1")
 
 
-def test_summary_notes_unlabelled_checkpoints_in_a_wide_table():
-    """A mixture at 4+ budgets without run_series gets a note (likely checkpoints); the
-    Algorithm-1 design's 3 budgets, a labelled table and the long form do not."""
+def test_wide_table_without_labels_infers_one_training_run_per_checkpointed_mixture():
+    """A mixture at 4+ budgets, one row each, without run_series: its rows are taken as one
+    training run's checkpoints (and the summary says so and how to undo it); the Algorithm-1
+    design's 3 budgets, replicates at one budget, a labelled table are left alone."""
     frame = checkpoint_frame().drop(columns="run_series")
-    assert "note:" not in runs_from_frame(frame).summary()  # m1 at 3 budgets
+    three = runs_from_frame(frame)  # m1 at 3 budgets
+    assert three.run_series is None and "note:" not in three.summary()
     extra = frame.iloc[[4]].assign(run_id="m1@4k", tokens=4e9)
     more = pd.concat([frame, extra], ignore_index=True)
-    assert "note: 1 mixture(s) appear at 4+ budgets" in runs_from_frame(more).summary()
+    d = runs_from_frame(more)
+    assert d.series_inferred
+    np.testing.assert_array_equal(d.run_series, [0, 0, 1, 2, 0, 3, 0])  # m1's 4 rows: one run
+    assert np.unique(d.obs_group).size == 4 * 2  # one group per (training run, language)
+    text = " ".join(d.summary().split())
+    assert "run_series: inferred (no run_series column): 4 rows" in text
+    assert "4 training runs in all" in text and "add an empty run_series column" in text
+    # written and read back: the labels are explicit now, the grouping the same
+    back = runs_from_frame(d.to_frame("long"))
+    np.testing.assert_array_equal(back.run_series, d.run_series)
+    assert not back.series_inferred and "inferred" not in back.summary()
+    # a subset keeps the flag (evaluate's folds)
+    assert d.subset_runs([0, 1, 4, 6]).series_inferred
+    # a replicate at one of m1's budgets: not one run's checkpoints; a note instead
+    rep = pd.concat([more, extra.assign(run_id="m1@4k-seed2")], ignore_index=True)
+    r = runs_from_frame(rep)
+    assert r.run_series is None and "note: 1 mixture(s) appear at 4+ budgets" in r.summary()
+    # labelled (blank cells: runs of their own): as written
     labelled = more.assign(run_series=["m1", "m1", "m2", "m2", "m1", "", "m1"])
-    assert "note:" not in runs_from_frame(labelled).summary()
-    assert "note:" not in runs_from_frame(runs_from_frame(more).to_frame("long")).summary()
+    assert not runs_from_frame(labelled).series_inferred
+    blank = runs_from_frame(more.assign(run_series=""))
+    assert np.unique(blank.run_series).size == len(more)
 
 
 def test_run_series_errors_name_row_column_and_fix():
