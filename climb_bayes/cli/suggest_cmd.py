@@ -229,7 +229,7 @@ def suggest(
     click.echo(
         render_table(
             rows,
-            ["rank", "candidate", "budget", "mixture", "after", "reduction", "signal"],
+            ["rank", "candidate", "budget", "mixture", "after", "reduced", "signal"],
         )
     )
     click.echo("\nwhy:")

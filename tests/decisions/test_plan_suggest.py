@@ -221,6 +221,7 @@ def test_suggest_cli(fit_files, tmp_path, capsys, monkeypatch):
     assert "predictive: climb alone" in text and "signal" in text
     ranking = text[text.index("target:") :].splitlines()  # the header lines are shared
     assert [line for line in ranking if len(line) > 100] == []
+    assert text.count("  rank ") == 1  # 3 languages: the table is one block, not split
     assert "--outcomes is ignored" in captured.err
     df = pd.read_csv(out)
     assert len(df) == 14 and df["rank"].iloc[0] == 1
