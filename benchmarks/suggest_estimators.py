@@ -33,6 +33,7 @@ import climb_bayes
 from climb_bayes.decisions import ensemble_decision as ed
 from climb_bayes.decisions.suggest import (
     Candidate,
+    noise_draws,
     outcome_draws,
     spread_after,
     tail_noise,
@@ -85,12 +86,7 @@ def main() -> None:
     for name, shares in (("uniform", w), ("recommended", rec)):
         for budget in (fitted_max, 4.0 * fitted_max):
             mu = outcome_draws(ens, Candidate(name, shares, budget), args.draws, seed=args.seed)
-            noise = scale * np.where(
-                np.isfinite(df),
-                rng.standard_t(np.where(np.isfinite(df), df, 1.0)),
-                rng.standard_normal(scale.shape),
-            )
-            y = mu + noise
+            y = mu + noise_draws(rng, scale, df)
             for label, q in targets.items():
                 now = float(np.sum(q.var(axis=0)))
                 lin = spread_after(q, y, seed=args.seed)

@@ -44,6 +44,7 @@ __all__ = [
     "SERIES_COLUMN",
     "CHECKPOINT_HINT_BUDGETS",
     "infer_checkpoint_series",
+    "mixture_codes",
 ]
 
 DEFAULT_TAIL_START = 0.85
@@ -444,8 +445,7 @@ class RunsData:
     def run_mixture(self) -> np.ndarray:
         """``(n_runs,)`` index of each run's mixture among the table's distinct mixtures
         (shares compared after rounding to 9 decimals)."""
-        _, which = np.unique(np.round(self.run_proportions, 9), axis=0, return_inverse=True)
-        return np.asarray(which).ravel()
+        return mixture_codes(self.run_proportions)
 
     def _mixtures_at_many_budgets(self) -> int:
         """How many mixtures have runs at :data:`CHECKPOINT_HINT_BUDGETS` or more budgets."""
@@ -934,6 +934,13 @@ def _labels(df: pd.DataFrame, column: str, source: str) -> np.ndarray:
     return np.asarray(s.astype(str).str.strip().to_numpy(dtype=object), dtype=object)
 
 
+def mixture_codes(props: np.ndarray) -> np.ndarray:
+    """``(n_runs,)`` index of each run's mixture among the distinct mixtures of ``props``
+    ``(n_runs, m)`` (shares compared after rounding to 9 decimals)."""
+    _, which = np.unique(np.round(props, 9), axis=0, return_inverse=True)
+    return np.asarray(which).ravel()
+
+
 def infer_checkpoint_series(
     props: np.ndarray, budgets: np.ndarray
 ) -> tuple[np.ndarray, tuple[str, ...]] | tuple[None, None]:
@@ -962,8 +969,7 @@ def infer_checkpoint_series(
     budgets : ndarray (n_runs,)
         Token budgets.
     """
-    _, mix = np.unique(np.round(props, 9), axis=0, return_inverse=True)
-    mix = np.asarray(mix).ravel()
+    mix = mixture_codes(props)
     codes = np.arange(mix.size, dtype=np.int64)
     labels = [""] * mix.size
     for k in range(int(mix.max()) + 1 if mix.size else 0):

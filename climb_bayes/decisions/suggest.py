@@ -77,6 +77,7 @@ __all__ = [
     "default_candidates",
     "read_candidates",
     "tail_noise",
+    "noise_draws",
     "outcome_draws",
     "spread_after",
     "rank_candidates",
@@ -255,7 +256,12 @@ def spread_after(
     return min(float(np.sum(np.mean(resid**2, axis=0))), now)
 
 
-def _noise(rng: np.random.Generator, scale: np.ndarray, df: np.ndarray) -> np.ndarray:
+def noise_draws(rng: np.random.Generator, scale: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """One noise draw per entry of ``scale``: ``scale * t_df`` (Normal where ``df`` is ``inf``);
+    with :func:`tail_noise`'s ``(scale, df)``, the noise of a run's tail mean in one draw.
+    (:func:`climb_bayes.model.observation.draw_noise` draws the per-point noise of observed
+    groups; averaging its draws over a simulated tail would be the exact model, this the
+    closed-form scale of the mean.)"""
     finite = np.isfinite(df)
     t = rng.standard_t(np.where(finite, df, 1.0))
     return scale * np.where(finite, t, rng.standard_normal(scale.shape))
@@ -323,7 +329,7 @@ def rank_candidates(
     for c_idx, cand in enumerate(candidates):
         keep = cand.shares > 0
         mu = outcome_draws(ens, cand, s, seed=seed)[:, keep]
-        y = mu + _noise(rng, scale[:, keep], df[:, keep])
+        y = mu + noise_draws(rng, scale[:, keep], df[:, keep])
         after = spread_after(q, y, seed=seed)
         snr = np.std(mu, axis=0) / np.median(scale[:, keep], axis=0)
         names = [lang for lang, k in zip(languages, keep, strict=True) if k]
