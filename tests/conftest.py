@@ -36,6 +36,29 @@ LANGS3 = ("en", "de", "zh")
 BUDGETS = (5e9, 2.5e10)
 
 
+MAX_WORKERS = 4
+"""Most test processes ``-n auto`` starts (pyproject.toml's addopts): one per core up to this."""
+
+WORKER_MEMORY = 5 * 2**30
+"""Peak memory of one test process (bytes; 4.6 GB resident measured at the end of a whole
+in-process run on 2026-12-02): ``-n auto`` starts no more workers than memory holds."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto``: one per core, at most :data:`MAX_WORKERS` and what memory holds.
+
+    One process kept 1.2 of 2 cores busy on average (JAX tracing and compilation run on one
+    thread between the parallel NUTS chains), so two processes on 2 cores finish sooner; more
+    than a few would each hold a JAX runtime and its compiled programs.
+    """
+    cores = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = WORKER_MEMORY * MAX_WORKERS
+    return max(1, min(cores, MAX_WORKERS, memory // WORKER_MEMORY))
+
+
 @pytest.fixture(scope="session")
 def world3() -> TrueParams:
     """A 3-language synthetic world (see :func:`climb_bayes.model.simulate.example_params`)."""
