@@ -17,7 +17,8 @@ out-of-sample for the prior) -- and every law:
    leave-future-out refits *inside* the fitted checkpoints (Laplace refits, as
    ``climb-bayes fit``).
 
-The table prints both per set and law, and the prior the code uses per law: median = geometric
+The table prints both per set and law (and the posterior of the share ``rho`` common to all
+mixtures, median and 5-95%, from each), and the prior the code uses per law: median = geometric
 mean of ``tau_actual`` over the sets, log-sd = their spread (at least 0.5).
 Prints a markdown table; exits 0 with one line when the data folder is absent.
 """
@@ -70,14 +71,20 @@ def _thin(obs, ratio: float = 1.2):
     return obs.select(np.isin(obs.run_budget[obs.run], keep))
 
 
-def _actual_tau(fit, test) -> float:
+def _actual(fit, test):
+    """The discrepancy's posterior given the fit's residuals at the later checkpoints."""
     parts = predictive_parts(fit, test, discrepancy=False)
     lo, hi = budget_range(fit.fit_obs)
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group)
-    d = calibrate(res, WIDE, lo, hi, n_draws=600)
-    return float(np.median(d.tau))
+    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group, test.r)
+    return calibrate(res, WIDE, lo, hi, n_draws=600)
+
+
+def _rho(d) -> str:
+    """Median and 5-95% of ``rho``."""
+    q = np.quantile(d.rho, [0.5, 0.05, 0.95])
+    return f"{q[0]:.2f} ({q[1]:.2f}-{q[2]:.2f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             law = law.prepare(fit_obs)
             print(f"{setting}-{size} {law.name} ...", file=sys.stderr, flush=True)
             fit = law.fit(fit_obs, args.method, opts)
-            actual = _actual_tau(fit, law.usable(test))
+            actual = _actual(fit, law.usable(test))
             ens = fit_ensemble(
                 fit_obs,
                 [law],
@@ -113,12 +120,15 @@ def main(argv: list[str] | None = None) -> int:
                 prefit={law.name: fit},
             )
             disc = ens.fits[law.name].discrepancy
-            lfo = float(np.median(disc.tau)) if disc is not None else float("nan")
-            rows.append((f"{setting}-{size}", law.name, actual, lfo, disc.source))
-    print("| set | law | tau actual | tau from inner LFO |")
-    print("|---|---|---|---|")
-    for name, law, actual, lfo, src in rows:
-        print(f"| {name} | {law} | {actual:.4f} | {lfo:.4f} ({src}) |")
+            lfo = float(np.median(disc.tau))
+            tau = float(np.median(actual.tau))
+            rows.append((f"{setting}-{size}", law.name, tau, lfo, disc.source, actual, disc))
+    print("| set | law | tau actual | tau from inner LFO | rho actual | rho from inner LFO |")
+    print("|---|---|---|---|---|---|")
+    for name, law, actual, lfo, src, d_act, d_lfo in rows:
+        print(
+            f"| {name} | {law} | {actual:.4f} | {lfo:.4f} ({src}) | {_rho(d_act)} | {_rho(d_lfo)} |"
+        )
     print()
     print("| law | prior median | prior log-sd | median ratio LFO / actual |")
     print("|---|---|---|---|")

@@ -139,7 +139,7 @@ def stack_scan(name: str, train, test, log) -> list[str]:
         first = next(iter(each.values()))
         z = sum(w[k] * each[k].z for k in w)
         v = sum(w[k] * np.sqrt(each[k].v) for k in w) ** 2
-        folds.append(LfoResiduals(z, v, first.x, first.group, first.block))
+        folds.append(LfoResiduals(z, v, first.x, first.group, first.block, first.mixture))
     prior = DiscrepancyPrior(
         float(np.exp(sum(w[k] * np.log(discrepancy_prior(k).median) for k in w))),
         float(sum(w[k] * discrepancy_prior(k).log_sd for k in w)),

@@ -474,7 +474,8 @@ def _fold_residuals(
     lo, hi = budget_range(fold_fit.fit_obs)
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, fold_id * m + test.group)
+    block = fold_id * m + test.group
+    res = LfoResiduals(z, parts.variance(False), x, test.group, block, test.r)
     return res, parts
 
 

@@ -39,7 +39,11 @@ growth forms (no ``growth`` attribute) keep the linear one.
 ``tau_i`` (log-loss per squared unit of ``log D``) gets partial pooling across languages,
 ``log tau_i = log tau_0 + s psi_i``; ``tau_0`` has a prior calibrated on published benchmarks
 (:data:`DISCREPANCY_PRIORS`, per law) and is updated by the leave-future-out residuals of the
-user's own runs (:func:`calibrate`), where there are at least three budgets.
+user's own runs (:func:`calibrate`), where there are at least three budgets. Their likelihood
+is the Gaussian the predictive draws: residuals of one mixture in one fold share its ``c_i(r)``
+whatever their budgets (before 2026-12-02 each residual had its own, which overcounted the
+evidence and put too much of the variance in the shared part, ``rho``; docs/model.md "One
+mixture is one draw").
 
 Units
 -----
@@ -53,6 +57,8 @@ References
 .. [2] Brynjarsdottir & O'Hagan (2014), "Learning about physical parameters: the importance of
    model discrepancy", Inverse Problems 30 (discrepancy needs outside information: here the
    leave-future-out residuals and the benchmark prior).
+.. [3] Rasmussen & Williams (2006), *Gaussian Processes for Machine Learning*, MIT Press,
+   appendix A.3 (the matrix inversion and determinant lemmas of :func:`_cell_log_density`).
 """
 
 from __future__ import annotations
@@ -171,10 +177,10 @@ _CALIBRATION = (
     "160M, fit on steps <= 40% of the last, geometric mean of the actual tau of the 4 sets"
 )
 DISCREPANCY_PRIORS: dict[str, DiscrepancyPrior] = {
-    "climb": DiscrepancyPrior(0.0029, 1.25, _CALIBRATION),
-    "msl": DiscrepancyPrior(0.0051, 0.94, _CALIBRATION),
-    "dml": DiscrepancyPrior(0.0065, 0.90, _CALIBRATION),
-    "isolated": DiscrepancyPrior(0.0088, 0.50, _CALIBRATION),
+    "climb": DiscrepancyPrior(0.0043, 1.00, _CALIBRATION),
+    "msl": DiscrepancyPrior(0.0044, 0.90, _CALIBRATION),
+    "dml": DiscrepancyPrior(0.0068, 0.59, _CALIBRATION),
+    "isolated": DiscrepancyPrior(0.0103, 0.53, _CALIBRATION),
 }
 """Per-law priors of ``tau_0`` (see :func:`discrepancy_prior`), from the printed table of the
 calibration script (docs/model.md). The calibration sets are kept out of every evaluation in
@@ -298,6 +304,11 @@ class LfoResiduals(NamedTuple):
         ``(n,)`` language of each residual.
     block : numpy.ndarray
         ``(n,)`` id of the (fold, language) the residual belongs to (shares ``a_i``).
+    mixture : numpy.ndarray or None
+        ``(n, m)`` mixture (shares) of each residual's run: residuals of one block at one
+        mixture share its ``c_i(r)``, and nearby mixtures are correlated through the kernel, as
+        in :meth:`Discrepancy.sample`. ``None``: every residual has its own, independent
+        mixture-specific part (the likelihood before 2026-12-02).
     """
 
     z: np.ndarray
@@ -305,10 +316,12 @@ class LfoResiduals(NamedTuple):
     x: np.ndarray
     group: np.ndarray
     block: np.ndarray
+    mixture: np.ndarray | None = None
 
     @staticmethod
     def concat(parts: list[LfoResiduals]) -> LfoResiduals:
-        """Residuals of several folds, block ids kept apart."""
+        """Residuals of several folds, block ids kept apart (mixtures kept where every part
+        has them)."""
         if not parts:
             e = np.zeros(0)
             return LfoResiduals(e, e, e, e.astype(np.int64), e.astype(np.int64))
@@ -316,9 +329,11 @@ class LfoResiduals(NamedTuple):
         for p in parts:
             blocks.append(np.asarray(p.block) + offset)
             offset += int(np.max(p.block)) + 1 if p.block.size else 0
+        mixed = all(p.mixture is not None for p in parts)
         return LfoResiduals(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("z", "v", "x", "group")),
             np.concatenate(blocks),
+            np.concatenate([p.mixture for p in parts]) if mixed else None,
         )
 
 
@@ -366,29 +381,107 @@ def _block_log_density(
     return -0.5 * jnp.sum(quad + logdet) - 0.5 * z.size * jnp.log(2.0 * jnp.pi)
 
 
+class _Cells(NamedTuple):
+    """Where each residual's mixture-specific part sits: residuals of one block at one mixture
+    form a cell; a block's cells are padded to ``k`` slots."""
+
+    cell: np.ndarray  # (n,) cell of each residual
+    block: np.ndarray  # (C,) block of each cell
+    slot: np.ndarray  # (C,) slot of each cell within its block
+    kernel: np.ndarray  # (B, k, k) kernel between a block's cells (identity on padding)
+    mask: np.ndarray  # (B, k) True on real cells
+
+
+def _cells(block: np.ndarray, mixture: np.ndarray, length_scale: float) -> _Cells:
+    """Group residuals into (block, mixture) cells (shares rounded to 9 decimals, as
+    :meth:`Discrepancy.sample` does) and build each block's squared-exponential kernel."""
+    n_blocks = int(block.max()) + 1
+    key = np.column_stack([block, np.round(np.asarray(mixture, float), 9)])
+    cells, cell = np.unique(key, axis=0, return_inverse=True)
+    cell = np.asarray(cell).ravel()
+    cell_block = cells[:, 0].astype(np.int64)
+    shares = cells[:, 1:]
+    first = np.searchsorted(cell_block, np.arange(n_blocks))  # cells are sorted by block
+    slot = np.arange(cell_block.size) - first[cell_block]
+    k = int(slot.max()) + 1
+    padded = np.zeros((n_blocks, k, shares.shape[1]))
+    padded[cell_block, slot] = shares
+    mask = np.zeros((n_blocks, k), dtype=bool)
+    mask[cell_block, slot] = True
+    d2 = np.sum((padded[:, :, None, :] - padded[:, None, :, :]) ** 2, axis=-1)
+    kern = np.exp(-0.5 * d2 / length_scale**2) * (mask[:, :, None] & mask[:, None, :])
+    kern = kern + np.eye(k)[None] * np.where(mask, 1e-9, 1.0)[:, :, None]
+    return _Cells(cell, cell_block, slot, kern, mask)
+
+
+def _cell_log_density(
+    z: jax.Array,
+    v: jax.Array,
+    x: jax.Array,
+    tau_block: jax.Array,
+    rho: jax.Array,
+    cells: _Cells,
+) -> jax.Array:
+    """``log N(z; 0, V + U C U^T)``: the discrepancy as :meth:`Discrepancy.sample` draws it.
+
+    Within a block (one fold and language, one ``tau``) a residual at mixture ``k`` has
+    ``delta = x tau (sqrt(rho) a + sqrt(1 - rho) c_k)``, so with ``U = diag(x) P`` (``P`` maps
+    residuals to their cell) the block's covariance is ``V + U C U^T`` with
+    ``C = tau^2 (rho 1 1^T + (1 - rho) K)`` over its cells. Because every residual sits in one
+    cell, ``U^T V^{-1} U = W`` is diagonal (``W_k = sum x^2 / v`` over cell ``k``), and the
+    determinant lemma and Woodbury give, with ``S = I + W^{1/2} C W^{1/2}`` and
+    ``b_k = W_k^{-1/2} sum x z / v``,
+
+        log det = sum log v + log det S,   z^T Sigma^{-1} z = sum z^2 / v - b^T b + b^T S^{-1} b,
+
+    one Cholesky of a (cells x cells) matrix per block: ``O(n + B k^3)``.
+    """
+    n_cells = cells.block.size
+    w = jax.ops.segment_sum(x * x / v, cells.cell, num_segments=n_cells)
+    xz = jax.ops.segment_sum(x * z / v, cells.cell, num_segments=n_cells)
+    shape = cells.mask.shape
+    sqrt_w = jnp.zeros(shape).at[cells.block, cells.slot].set(jnp.sqrt(w))
+    b = jnp.zeros(shape).at[cells.block, cells.slot].set(xz / jnp.sqrt(w))
+    ones = cells.mask.astype(z.dtype)
+    cov = tau_block[:, None, None] ** 2 * (
+        rho * ones[:, :, None] * ones[:, None, :] + (1.0 - rho) * cells.kernel
+    )
+    s = jnp.eye(shape[1])[None] + sqrt_w[:, :, None] * cov * sqrt_w[:, None, :]
+    chol = jnp.linalg.cholesky(s)
+    y = jax.scipy.linalg.solve_triangular(chol, b[..., None], lower=True)[..., 0]
+    logdet = jnp.sum(jnp.log(v)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=1, axis2=2)))
+    quad = jnp.sum(z * z / v) - jnp.sum(b * b) + jnp.sum(y * y)
+    return -0.5 * (quad + logdet) - 0.5 * z.size * jnp.log(2.0 * jnp.pi)
+
+
 _CHAINS = 2
 
 
 @functools.lru_cache(maxsize=8)
-def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int) -> Any:
+def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int, by_cell: bool) -> Any:
     """NumPyro ``MCMC`` for :func:`calibrate`, with the data as arguments: one ensemble
     calibrates every law on residuals of the same shape, and the cached sampler compiles once
     (measured on the default data: 3.0 s per law when rebuilt, 1.8 s when reused). Its two
     chains run in parallel where there is a host device per chain (as every NUTS fit here):
     the four laws of the default fit in 4.1 s instead of 7.4 s sequentially, with the compile
     cache of earlier fits (2-core machine; the first compilation of the parallel program takes
-    ~10 s longer)."""
+    ~10 s longer). ``by_cell``: the likelihood of :func:`_cell_log_density` (residuals with
+    their mixtures), else :func:`_block_log_density`."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS
 
-    def model(z, v, x, group, block, log_median, log_sd) -> None:
+    def model(z, v, x, group, block, cells, block_group, log_median, log_sd) -> None:
         log_tau0 = numpyro.sample("log_tau0", dist.Normal(log_median, log_sd))
         spread = numpyro.sample("spread", dist.HalfNormal(0.5))
         psi = numpyro.sample("psi", dist.Normal(0.0, 1.0).expand([m]).to_event(1))
         rho = numpyro.sample("rho", dist.Beta(2.0, 2.0))
         tau = numpyro.deterministic("tau", jnp.exp(log_tau0 + spread * psi))
-        numpyro.factor("lfo", _block_log_density(z, v, x, tau[group], rho, block, n_blocks))
+        if by_cell:
+            density = _cell_log_density(z, v, x, tau[block_group], rho, cells)
+        else:
+            density = _block_log_density(z, v, x, tau[group], rho, block, n_blocks)
+        numpyro.factor("lfo", density)
 
     return MCMC(
         NUTS(model, target_accept_prob=0.9),
@@ -409,13 +502,18 @@ def calibrate(
     *,
     n_draws: int = 1000,
     seed: int = 0,
+    length_scale: float = LENGTH_SCALE,
 ) -> Discrepancy:
     """Posterior draws of the discrepancy given leave-future-out residuals of one law.
 
     The hierarchical model of the module docstring (``tau_0`` with ``prior``, per-language
     deviations ``s psi_i`` with ``s ~ HalfNormal(0.5)``, ``rho ~ Beta(2, 2)``), with the exact
-    Gaussian likelihood of the residuals: within a (fold, language) block they share ``a_i``.
-    Sampled with NumPyro's NUTS (2 chains); without residuals the draws are the prior's.
+    Gaussian likelihood of the residuals: within a (fold, language) block they share ``a_i``,
+    and, where ``resid.mixture`` is given, residuals at one mixture share ``c_i(r)`` and
+    mixtures are correlated through the kernel of length ``length_scale``
+    (:func:`_cell_log_density`), so a mixture seen at several budgets counts as one draw of its
+    specific part, as the predictive draws it. Sampled with NumPyro's NUTS (2 chains); without
+    residuals the draws are the prior's.
 
     Parameters
     ----------
@@ -429,6 +527,8 @@ def calibrate(
         Draws to return.
     seed : int
         Seed.
+    length_scale : float
+        Correlation length of the mixture-specific part (stored with the draws).
 
     Returns
     -------
@@ -438,22 +538,34 @@ def calibrate(
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     keep = np.asarray(resid.x) > 0
     if not keep.any():
-        return prior_discrepancy(prior, lo, hi, n_draws, seed)
+        return prior_discrepancy(prior, lo, hi, n_draws, seed)._replace(length_scale=length_scale)
     z, v, x = (jnp.asarray(np.asarray(a, float)[keep]) for a in (resid.z, resid.v, resid.x))
-    group = jnp.asarray(np.asarray(resid.group)[keep])
+    group_np = np.asarray(resid.group)[keep]
     _, block = np.unique(np.asarray(resid.block)[keep], return_inverse=True)
-    mcmc = _calibration_sampler(m, int(block.max()) + 1, -(-n_draws // _CHAINS))
+    block = np.asarray(block).ravel()
+    n_blocks = int(block.max()) + 1
+    cells = block_group = None
+    if resid.mixture is not None:
+        cells = _Cells(
+            *(jnp.asarray(a) for a in _cells(block, np.asarray(resid.mixture)[keep], length_scale))
+        )
+        block_group = np.zeros(n_blocks, dtype=np.int64)
+        block_group[block] = group_np
+        block_group = jnp.asarray(block_group)
+    mcmc = _calibration_sampler(m, n_blocks, -(-n_draws // _CHAINS), cells is not None)
     mcmc.run(
         jax.random.PRNGKey(seed),
         z,
         v,
         x,
-        group,
+        jnp.asarray(group_np),
         jnp.asarray(block),
+        cells,
+        block_group,
         float(np.log(prior.median)),
         float(prior.log_sd),
     )
     post = mcmc.get_samples()
     tau = np.asarray(post["tau"])[:n_draws]
     rho = np.asarray(post["rho"])[:n_draws]
-    return Discrepancy(tau, rho, lo, hi, "lfo")
+    return Discrepancy(tau, rho, lo, hi, "lfo", length_scale)
