@@ -51,6 +51,7 @@ from climb_bayes.model.discrepancy import (  # noqa: E402
     DiscrepancyPrior,
     LfoResiduals,
     calibrate,
+    centre_factor,
     discrepancy_distance,
 )
 
@@ -77,7 +78,8 @@ def _actual(fit, test):
     lo, hi = budget_range(fit.fit_obs)
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group, test.r)
+    factor = centre_factor(parts.centre)
+    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group, test.r, factor)
     return calibrate(res, WIDE, lo, hi, n_draws=600)
 
 

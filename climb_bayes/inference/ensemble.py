@@ -99,6 +99,7 @@ from climb_bayes.model.discrepancy import (
     Discrepancy,
     LfoResiduals,
     calibrate,
+    centre_factor,
     discrepancy_distance,
     discrepancy_prior,
 )
@@ -475,7 +476,8 @@ def _fold_residuals(
     x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
     z = test.log_loss - parts.centre.mean(axis=0)
     block = fold_id * m + test.group
-    res = LfoResiduals(z, parts.variance(False), x, test.group, block, test.r)
+    factor = centre_factor(parts.centre)
+    res = LfoResiduals(z, parts.variance(False), x, test.group, block, test.r, factor)
     return res, parts
 
 

@@ -43,7 +43,10 @@ user's own runs (:func:`calibrate`), where there are at least three budgets. The
 is the Gaussian the predictive draws: residuals of one mixture in one fold share its ``c_i(r)``
 whatever their budgets (before 2026-12-02 each residual had its own, which overcounted the
 evidence and put too much of the variance in the shared part, ``rho``; docs/model.md "One
-mixture is one draw").
+mixture is one draw"), and a fold fit's parameter error, which bends all of that fold's
+residuals together, enters as the low-rank covariance of the fold's posterior draws
+(:func:`centre_factor`; before 2026-12-03 it was on the diagonal only and partly read as
+discrepancy; docs/model.md "A fold's parameter error is not discrepancy").
 
 Units
 -----
@@ -83,6 +86,7 @@ __all__ = [
     "discrepancy_prior",
     "Discrepancy",
     "LfoResiduals",
+    "centre_factor",
     "calibrate",
     "prior_discrepancy",
 ]
@@ -177,10 +181,10 @@ _CALIBRATION = (
     "160M, fit on steps <= 40% of the last, geometric mean of the actual tau of the 4 sets"
 )
 DISCREPANCY_PRIORS: dict[str, DiscrepancyPrior] = {
-    "climb": DiscrepancyPrior(0.0043, 1.00, _CALIBRATION),
-    "msl": DiscrepancyPrior(0.0044, 0.90, _CALIBRATION),
-    "dml": DiscrepancyPrior(0.0068, 0.59, _CALIBRATION),
-    "isolated": DiscrepancyPrior(0.0103, 0.53, _CALIBRATION),
+    "climb": DiscrepancyPrior(0.0036, 0.92, _CALIBRATION),
+    "msl": DiscrepancyPrior(0.0054, 0.50, _CALIBRATION),
+    "dml": DiscrepancyPrior(0.0075, 0.50, _CALIBRATION),
+    "isolated": DiscrepancyPrior(0.0084, 0.72, _CALIBRATION),
 }
 """Per-law priors of ``tau_0`` (see :func:`discrepancy_prior`), from the printed table of the
 calibration script (docs/model.md). The calibration sets are kept out of every evaluation in
@@ -309,6 +313,13 @@ class LfoResiduals(NamedTuple):
         mixture share its ``c_i(r)``, and nearby mixtures are correlated through the kernel, as
         in :meth:`Discrepancy.sample`. ``None``: every residual has its own, independent
         mixture-specific part (the likelihood before 2026-12-02).
+    factor : numpy.ndarray or None
+        ``(n, k)`` low-rank factor ``L`` of the covariance of the fold fit's predictive centre
+        across its posterior draws (:func:`centre_factor`): the parameter (and run-effect) error
+        of one fold is shared by all its residuals, and ``v`` counts it on the diagonal only.
+        With it (and ``mixture``) the residuals' covariance is
+        ``diag(v - rowsum(L^2)) + L L^T + discrepancy``. ``None``: residuals independent given
+        the discrepancy (the likelihood before 2026-12-03).
     """
 
     z: np.ndarray
@@ -317,11 +328,12 @@ class LfoResiduals(NamedTuple):
     group: np.ndarray
     block: np.ndarray
     mixture: np.ndarray | None = None
+    factor: np.ndarray | None = None
 
     @staticmethod
     def concat(parts: list[LfoResiduals]) -> LfoResiduals:
         """Residuals of several folds, block ids kept apart (mixtures kept where every part
-        has them)."""
+        has them; factors, where every part has one, block-diagonal: folds are separate fits)."""
         if not parts:
             e = np.zeros(0)
             return LfoResiduals(e, e, e, e.astype(np.int64), e.astype(np.int64))
@@ -330,11 +342,50 @@ class LfoResiduals(NamedTuple):
             blocks.append(np.asarray(p.block) + offset)
             offset += int(np.max(p.block)) + 1 if p.block.size else 0
         mixed = all(p.mixture is not None for p in parts)
+        factor = None
+        if all(p.factor is not None for p in parts):
+            factor = np.zeros((sum(p.z.size for p in parts), sum(p.factor.shape[1] for p in parts)))
+            row = col = 0
+            for p in parts:
+                factor[row : row + p.z.size, col : col + p.factor.shape[1]] = p.factor
+                row, col = row + p.z.size, col + p.factor.shape[1]
         return LfoResiduals(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("z", "v", "x", "group")),
             np.concatenate(blocks),
             np.concatenate([p.mixture for p in parts]) if mixed else None,
+            factor,
         )
+
+
+def centre_factor(centre: np.ndarray, max_rank: int = 20, share: float = 0.99) -> np.ndarray:
+    """Low-rank factor ``L`` (``(n, k)``) with ``L L^T`` the covariance of ``centre``'s draws.
+
+    The leading principal components of the ``(S, n)`` draws (a fold fit's predictive centre at
+    its ``n`` held-out residuals), as many as explain ``share`` of the variance, at most
+    ``max_rank``. Its rows' squared norms never exceed the draws' variance (``ddof=0``, as
+    :meth:`~climb_bayes.inference.predictive.PredictiveParts.variance`), so the diagonal left
+    for the rest, ``v - rowsum(L^2)``, stays at least the noise variance.
+
+    Parameters
+    ----------
+    centre : numpy.ndarray
+        ``(S, n)`` draws of the predictive centre of ``log y`` (log-loss).
+    max_rank, share : int, float
+        Most components, and the share of the total variance to keep.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n, k)`` factor (log-loss).
+    """
+    c = np.asarray(centre, float)
+    c = (c - c.mean(axis=0)) / np.sqrt(c.shape[0])
+    _, s, vt = np.linalg.svd(c, full_matrices=False)
+    var = s**2
+    if var.sum() <= 0.0:
+        return np.zeros((c.shape[1], 0))
+    k = min(max_rank, int(np.searchsorted(np.cumsum(var) / var.sum(), share)) + 1)
+    return vt[:k].T * s[:k]
 
 
 def _hyper_prior_draws(
@@ -421,36 +472,53 @@ def _cell_log_density(
     tau_block: jax.Array,
     rho: jax.Array,
     cells: _Cells,
+    factor: jax.Array | None = None,
 ) -> jax.Array:
-    """``log N(z; 0, V + U C U^T)``: the discrepancy as :meth:`Discrepancy.sample` draws it.
+    """``log N(z; 0, V + U C U^T [+ L L^T])``: the discrepancy as :meth:`Discrepancy.sample`
+    draws it, plus the fold fits' shared parameter error where ``factor`` (``L``) is given.
 
     Within a block (one fold and language, one ``tau``) a residual at mixture ``k`` has
     ``delta = x tau (sqrt(rho) a + sqrt(1 - rho) c_k)``, so with ``U = diag(x) P`` (``P`` maps
-    residuals to their cell) the block's covariance is ``V + U C U^T`` with
+    residuals to their cell) the block's covariance is ``A = V + U C U^T`` with
     ``C = tau^2 (rho 1 1^T + (1 - rho) K)`` over its cells. Because every residual sits in one
     cell, ``U^T V^{-1} U = W`` is diagonal (``W_k = sum x^2 / v`` over cell ``k``), and the
     determinant lemma and Woodbury give, with ``S = I + W^{1/2} C W^{1/2}`` and
-    ``b_k = W_k^{-1/2} sum x z / v``,
+    ``b_k(y) = W_k^{-1/2} sum x y / v``,
 
-        log det = sum log v + log det S,   z^T Sigma^{-1} z = sum z^2 / v - b^T b + b^T S^{-1} b,
+        log det A = sum log v + log det S,
+        y^T A^{-1} y' = sum y y' / v - b(y)^T b(y') + b(y)^T S^{-1} b(y'),
 
-    one Cholesky of a (cells x cells) matrix per block: ``O(n + B k^3)``.
+    one Cholesky of a (cells x cells) matrix per block: ``O(n + B k^3)``. ``L`` couples the
+    blocks (a fold's parameters are shared by its languages and mixtures); with
+    ``M = I + L^T A^{-1} L`` the same two lemmas give ``log det A + log det M`` and
+    ``z^T A^{-1} z - (L^T A^{-1} z)^T M^{-1} (L^T A^{-1} z)``: one more Cholesky, of ``M``.
     """
+    y = z[:, None] if factor is None else jnp.concatenate([z[:, None], factor], axis=1)
     n_cells = cells.block.size
     w = jax.ops.segment_sum(x * x / v, cells.cell, num_segments=n_cells)
-    xz = jax.ops.segment_sum(x * z / v, cells.cell, num_segments=n_cells)
+    xy = jax.ops.segment_sum((x / v)[:, None] * y, cells.cell, num_segments=n_cells)
     shape = cells.mask.shape
     sqrt_w = jnp.zeros(shape).at[cells.block, cells.slot].set(jnp.sqrt(w))
-    b = jnp.zeros(shape).at[cells.block, cells.slot].set(xz / jnp.sqrt(w))
+    b = jnp.zeros((*shape, y.shape[1])).at[cells.block, cells.slot].set(xy / jnp.sqrt(w)[:, None])
     ones = cells.mask.astype(z.dtype)
     cov = tau_block[:, None, None] ** 2 * (
         rho * ones[:, :, None] * ones[:, None, :] + (1.0 - rho) * cells.kernel
     )
     s = jnp.eye(shape[1])[None] + sqrt_w[:, :, None] * cov * sqrt_w[:, None, :]
     chol = jnp.linalg.cholesky(s)
-    y = jax.scipy.linalg.solve_triangular(chol, b[..., None], lower=True)[..., 0]
+    sol = jax.scipy.linalg.solve_triangular(chol, b, lower=True)
+    gram = (
+        (y / v[:, None]).T @ y
+        - jnp.einsum("bkp,bkq->pq", b, b)
+        + jnp.einsum("bkp,bkq->pq", sol, sol)
+    )  # y^T A^-1 y
     logdet = jnp.sum(jnp.log(v)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=1, axis2=2)))
-    quad = jnp.sum(z * z / v) - jnp.sum(b * b) + jnp.sum(y * y)
+    quad = gram[0, 0]
+    if factor is not None:
+        chol_m = jnp.linalg.cholesky(jnp.eye(factor.shape[1]) + gram[1:, 1:])
+        u = jax.scipy.linalg.solve_triangular(chol_m, gram[1:, 0], lower=True)
+        quad = quad - u @ u
+        logdet = logdet + 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol_m)))
     return -0.5 * (quad + logdet) - 0.5 * z.size * jnp.log(2.0 * jnp.pi)
 
 
@@ -458,7 +526,9 @@ _CHAINS = 2
 
 
 @functools.lru_cache(maxsize=8)
-def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int, by_cell: bool) -> Any:
+def _calibration_sampler(
+    m: int, n_blocks: int, samples_per_chain: int, by_cell: bool, with_factor: bool
+) -> Any:
     """NumPyro ``MCMC`` for :func:`calibrate`, with the data as arguments: one ensemble
     calibrates every law on residuals of the same shape, and the cached sampler compiles once
     (measured on the default data: 3.0 s per law when rebuilt, 1.8 s when reused). Its two
@@ -466,19 +536,20 @@ def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int, by_cell:
     the four laws of the default fit in 4.1 s instead of 7.4 s sequentially, with the compile
     cache of earlier fits (2-core machine; the first compilation of the parallel program takes
     ~10 s longer). ``by_cell``: the likelihood of :func:`_cell_log_density` (residuals with
-    their mixtures), else :func:`_block_log_density`."""
+    their mixtures), else :func:`_block_log_density`; ``with_factor``: the residuals carry the
+    fold fits' parameter-error factor (compiled apart)."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS
 
-    def model(z, v, x, group, block, cells, block_group, log_median, log_sd) -> None:
+    def model(z, v, x, group, block, cells, block_group, factor, log_median, log_sd) -> None:
         log_tau0 = numpyro.sample("log_tau0", dist.Normal(log_median, log_sd))
         spread = numpyro.sample("spread", dist.HalfNormal(0.5))
         psi = numpyro.sample("psi", dist.Normal(0.0, 1.0).expand([m]).to_event(1))
         rho = numpyro.sample("rho", dist.Beta(2.0, 2.0))
         tau = numpyro.deterministic("tau", jnp.exp(log_tau0 + spread * psi))
         if by_cell:
-            density = _cell_log_density(z, v, x, tau[block_group], rho, cells)
+            density = _cell_log_density(z, v, x, tau[block_group], rho, cells, factor)
         else:
             density = _block_log_density(z, v, x, tau[group], rho, block, n_blocks)
         numpyro.factor("lfo", density)
@@ -512,8 +583,10 @@ def calibrate(
     and, where ``resid.mixture`` is given, residuals at one mixture share ``c_i(r)`` and
     mixtures are correlated through the kernel of length ``length_scale``
     (:func:`_cell_log_density`), so a mixture seen at several budgets counts as one draw of its
-    specific part, as the predictive draws it. Sampled with NumPyro's NUTS (2 chains); without
-    residuals the draws are the prior's.
+    specific part, as the predictive draws it; where ``resid.factor`` is given too, a fold
+    fit's parameter error, shared by all its residuals, is in the likelihood as the low-rank
+    covariance it has, so it is not read as discrepancy. Sampled with NumPyro's NUTS
+    (2 chains); without residuals the draws are the prior's.
 
     Parameters
     ----------
@@ -539,7 +612,17 @@ def calibrate(
     keep = np.asarray(resid.x) > 0
     if not keep.any():
         return prior_discrepancy(prior, lo, hi, n_draws, seed)._replace(length_scale=length_scale)
-    z, v, x = (jnp.asarray(np.asarray(a, float)[keep]) for a in (resid.z, resid.v, resid.x))
+    v_np = np.asarray(resid.v, float)[keep]
+    factor = None
+    if resid.factor is not None and resid.mixture is not None:
+        f_np = np.asarray(resid.factor, float)[keep]
+        f_np = f_np[:, np.any(f_np != 0.0, axis=0)]  # components of folds with residuals here
+        if f_np.shape[1]:
+            # the factor's share of v moves off the diagonal (never below 1% of v)
+            v_np = np.maximum(v_np - np.sum(f_np**2, axis=1), 0.01 * v_np)
+            factor = jnp.asarray(f_np)
+    z, x = (jnp.asarray(np.asarray(a, float)[keep]) for a in (resid.z, resid.x))
+    v = jnp.asarray(v_np)
     group_np = np.asarray(resid.group)[keep]
     _, block = np.unique(np.asarray(resid.block)[keep], return_inverse=True)
     block = np.asarray(block).ravel()
@@ -552,7 +635,9 @@ def calibrate(
         block_group = np.zeros(n_blocks, dtype=np.int64)
         block_group[block] = group_np
         block_group = jnp.asarray(block_group)
-    mcmc = _calibration_sampler(m, n_blocks, -(-n_draws // _CHAINS), cells is not None)
+    mcmc = _calibration_sampler(
+        m, n_blocks, -(-n_draws // _CHAINS), cells is not None, factor is not None
+    )
     mcmc.run(
         jax.random.PRNGKey(seed),
         z,
@@ -562,6 +647,7 @@ def calibrate(
         jnp.asarray(block),
         cells,
         block_group,
+        factor,
         float(np.log(prior.median)),
         float(prior.log_sd),
     )

@@ -30,6 +30,7 @@ from climb_bayes.model.discrepancy import (
     _cell_log_density,
     _cells,
     calibrate,
+    centre_factor,
     discrepancy_distance,
     edge_fraction,
     extrapolation_distance,
@@ -227,6 +228,32 @@ def _residual_world(seed, tau=0.03, rho=0.3, n_blocks=4, n_mix=10, m=3):
     return LfoResiduals(z, v, x, block % m, block, mix)
 
 
+def _world_with_parameter_error(seed, scale=0.03, k=3):
+    """:func:`_residual_world` plus one fold fit's parameter error: ``k`` directions that grow
+    with the distance and depend on the mixture, shared by every residual of the fold, counted
+    in ``v`` (its diagonal) as :func:`ensemble._fold_residuals` does."""
+    res = _residual_world(seed)
+    rng = np.random.default_rng(100 + seed)
+    load = rng.normal(size=(k, res.mixture.shape[1]))
+    factor = scale * res.x[:, None] * (res.mixture @ load.T)
+    z = res.z + factor @ rng.normal(size=k)
+    return res._replace(z=z, v=res.v + np.sum(factor**2, axis=1), factor=factor)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4])
+def test_calibration_does_not_read_a_fold_fits_parameter_error_as_discrepancy(seed):
+    """A fold fit's parameter error bends all its residuals the same way; counted on the
+    diagonal of ``v`` only (the likelihood before 2026-12-03) the calibration reads it as
+    discrepancy: on these worlds (true tau 0.03) its 90% intervals of tau were [0.013, 0.038],
+    [0.056, 0.117] and [0.022, 0.041]. With the factor they cover tau and rho."""
+    res = _world_with_parameter_error(seed)
+    d = calibrate(res, DiscrepancyPrior(0.01, 1.0, "test"), np.ones(3), np.ones(3), seed=seed)
+    lo, hi = np.exp(np.quantile(np.log(d.tau).mean(axis=1), [0.05, 0.95]))
+    assert lo < 0.03 < hi
+    lo, hi = np.quantile(d.rho, [0.05, 0.95])
+    assert lo < 0.3 < hi
+
+
 def test_calibration_likelihood_is_the_gaussian_the_predictive_draws():
     """The likelihood of the leave-future-out residuals is the density of the discrepancy that
     ``Discrepancy.sample`` draws (plus the residuals' own variance): one shared term per block,
@@ -258,6 +285,40 @@ def test_calibration_likelihood_is_the_gaussian_the_predictive_draws():
     want = -0.5 * (z @ np.linalg.solve(sigma, z) + logdet + n * np.log(2 * np.pi))
     got = _cell_log_density(z, v, x, tau_b, rho, _cells(block, mix, ls))
     np.testing.assert_allclose(float(got), want, rtol=1e-9)
+    # with a fold fit's parameter error, low rank and shared across blocks
+    factor = rng.normal(0, 0.01, (n, 4))
+    sigma = sigma + factor @ factor.T
+    _, logdet = np.linalg.slogdet(sigma)
+    want = -0.5 * (z @ np.linalg.solve(sigma, z) + logdet + n * np.log(2 * np.pi))
+    got = _cell_log_density(z, v, x, tau_b, rho, _cells(block, mix, ls), factor)
+    np.testing.assert_allclose(float(got), want, rtol=1e-9)
+
+
+def test_centre_factor_is_the_draws_covariance():
+    """The factor of a rank-5 cloud of draws reproduces its covariance (ddof 0), and no row
+    takes more than that residual's variance (what is left on the diagonal stays >= 0)."""
+    rng = np.random.default_rng(0)
+    draws = rng.normal(size=(3000, 5)) @ rng.normal(size=(5, 30)) + 0.001 * rng.normal(
+        size=(3000, 30)
+    )
+    f = centre_factor(draws)
+    assert f.shape == (30, 5)
+    np.testing.assert_allclose(f @ f.T, np.cov(draws.T, ddof=0), atol=1e-5)
+    assert np.all(np.sum(f**2, axis=1) <= draws.var(axis=0) + 1e-12)
+    assert centre_factor(draws, max_rank=2).shape == (30, 2)
+    assert centre_factor(np.ones((10, 4))).shape == (4, 0)
+
+    # two folds are separate fits: their factors sit block-diagonally
+    def fold(n, factor):
+        e = np.zeros(n)
+        return LfoResiduals(e, e, e, e.astype(int), e.astype(int), None, factor)
+
+    one = fold(3, np.ones((3, 2)))
+    two = LfoResiduals.concat([one, fold(2, 2 * np.ones((2, 1)))])
+    want = np.zeros((5, 3))
+    want[:3, :2], want[3:, 2:] = 1.0, 2.0
+    np.testing.assert_array_equal(two.factor, want)
+    assert LfoResiduals.concat([one, fold(2, None)]).factor is None
 
 
 @pytest.mark.parametrize("seed", [1, 2, 4])
