@@ -44,15 +44,15 @@ from climb_bayes.data.published import (  # noqa: E402
     load_mixinglaws,
     shared_data_dir,
 )
-from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble  # noqa: E402
-from climb_bayes.inference.predictive import predictive_parts  # noqa: E402
+from climb_bayes.inference.ensemble import (  # noqa: E402
+    EnsembleOptions,
+    _fold_residuals,
+    fit_ensemble,
+)
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
 from climb_bayes.model.discrepancy import (  # noqa: E402
     DiscrepancyPrior,
-    LfoResiduals,
     calibrate,
-    centre_factor,
-    discrepancy_distance,
 )
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
@@ -74,12 +74,8 @@ def _thin(obs, ratio: float = 1.2):
 
 def _actual(fit, test):
     """The discrepancy's posterior given the fit's residuals at the later checkpoints."""
-    parts = predictive_parts(fit, test, discrepancy=False)
+    res, _ = _fold_residuals(fit, test, 0, fit.fit_obs.m)  # the residuals an inner fold gives
     lo, hi = budget_range(fit.fit_obs)
-    x = discrepancy_distance(test.run_budget[test.run], lo[test.group], hi[test.group])
-    z = test.log_loss - parts.centre.mean(axis=0)
-    factor = centre_factor(parts.centre)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, test.group, test.r, factor)
     return calibrate(res, WIDE, lo, hi, n_draws=600)
 
 

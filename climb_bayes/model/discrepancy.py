@@ -342,18 +342,14 @@ class LfoResiduals(NamedTuple):
             blocks.append(np.asarray(p.block) + offset)
             offset += int(np.max(p.block)) + 1 if p.block.size else 0
         mixed = all(p.mixture is not None for p in parts)
-        factor = None
-        if all(p.factor is not None for p in parts):
-            factor = np.zeros((sum(p.z.size for p in parts), sum(p.factor.shape[1] for p in parts)))
-            row = col = 0
-            for p in parts:
-                factor[row : row + p.z.size, col : col + p.factor.shape[1]] = p.factor
-                row, col = row + p.z.size, col + p.factor.shape[1]
+        factored = all(p.factor is not None for p in parts)
+        import scipy.linalg  # here, not at import: JAX does not load it
+
         return LfoResiduals(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("z", "v", "x", "group")),
             np.concatenate(blocks),
             np.concatenate([p.mixture for p in parts]) if mixed else None,
-            factor,
+            scipy.linalg.block_diag(*(p.factor for p in parts)) if factored else None,
         )
 
 
