@@ -15,11 +15,17 @@ out-of-sample for the prior) -- and every law:
    checkpoints (a wide prior, median 0.03, log-sd 2);
 3. measure what the user's own data would have said: ``tau_lfo``, the same posterior from the
    leave-future-out refits *inside* the fitted checkpoints (Laplace refits, as
-   ``climb-bayes fit``).
+   ``climb-bayes fit``, with the code's priors: each fold's ``tau`` referred to the full fit's
+   end by the prior's trend);
+4. measure the trend of ``tau`` in where a fit ends: the posterior of ``gamma`` (a fit ending
+   at ``c`` has ``tau (c / hi)^gamma``) given the residuals of step 2 and of fits ending at
+   :data:`TREND_FRACTIONS` of the last step, each at every later checkpoint (wide prior).
 
 The table prints both per set and law (and the posterior of the share ``rho`` common to all
-mixtures, median and 5-95%, from each), and the prior the code uses per law: median = geometric
-mean of ``tau_actual`` over the sets, log-sd = their spread (at least 0.5).
+mixtures, median and 5-95%, from each, and of the trend), and the prior the code uses per law:
+median = geometric mean of ``tau_actual`` over the sets, log-sd = their spread (at least 0.5);
+trend mean = mean of the sets' posterior medians, sd = the spread between and within sets (at
+least 0.5).
 Prints a markdown table; exits 0 with one line when the data folder is absent.
 """
 
@@ -52,13 +58,17 @@ from climb_bayes.inference.ensemble import (  # noqa: E402
 from climb_bayes.laws import FitOptions, parse_laws  # noqa: E402
 from climb_bayes.model.discrepancy import (  # noqa: E402
     DiscrepancyPrior,
+    LfoResiduals,
     calibrate,
 )
 
 climb_bayes.setup_jax()  # x64 and host devices before JAX starts
 
-WIDE = DiscrepancyPrior(0.03, 2.0, "wide (calibration)")
+WIDE = DiscrepancyPrior(0.03, 2.0, "wide (calibration)", trend_mean=0.0, trend_sd=2.0)
 SETS = [("2Mix", "70M"), ("2Mix", "160M"), ("3Mix", "70M"), ("3Mix", "160M")]
+TREND_FRACTIONS = (0.15, 0.2, 0.3)
+"""Where the earlier fits of the trend measurement end (share of the last step); those with
+fewer than three budgets are skipped (2Mix has none)."""
 
 
 def _thin(obs, ratio: float = 1.2):
@@ -79,10 +89,47 @@ def _actual(fit, test):
     return calibrate(res, WIDE, lo, hi, n_draws=600)
 
 
+def _trend(obs, spec, fit, test, opts, method: str):
+    """The discrepancy's posterior given the residuals of the fit and of earlier fits (ending at
+    :data:`TREND_FRACTIONS` of the last step) at their later checkpoints: its ``trend`` is how
+    ``log tau`` changes with the log of where a fit ends (``None`` without earlier fits)."""
+    m = fit.fit_obs.m
+    parts = [_fold_residuals(fit, test, 0, m)[0]]
+    levels = np.unique(obs.run_budget)
+    for j, frac in enumerate(TREND_FRACTIONS, start=1):
+        cut = frac * levels.max()
+        if np.sum(levels <= cut) < 3:
+            continue
+        early_obs = obs.select(obs.run_budget[obs.run] <= cut)
+        law = spec.prepare(early_obs)
+        early = law.fit(early_obs, method, opts)
+        later = law.usable(obs.select(obs.run_budget[obs.run] > cut))
+        parts.append(_fold_residuals(early, later, j, m)[0])
+    if len(parts) == 1:
+        return None
+    lo, hi = budget_range(fit.fit_obs)
+    return calibrate(LfoResiduals.concat(parts), WIDE, lo, hi, n_draws=600)
+
+
+def _quantiles(draws) -> str:
+    """Median and 5-95% of ``draws``."""
+    q = np.quantile(draws, [0.5, 0.05, 0.95])
+    return f"{q[0]:.2f} ({q[1]:.2f}-{q[2]:.2f})"
+
+
 def _rho(d) -> str:
     """Median and 5-95% of ``rho``."""
-    q = np.quantile(d.rho, [0.5, 0.05, 0.95])
-    return f"{q[0]:.2f} ({q[1]:.2f}-{q[2]:.2f})"
+    return _quantiles(d.rho)
+
+
+def _trend_prior(draws: list) -> tuple[float, float]:
+    """Normal prior of the trend from the sets' posteriors: mean of their medians, sd from the
+    spread between sets and each set's own posterior sd (at least 0.5)."""
+    if not draws:
+        return 0.0, 0.0
+    med = np.array([np.median(d) for d in draws])
+    within = np.mean([np.var(d) for d in draws])
+    return float(med.mean()), max(float(np.sqrt(med.var() + within)), 0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         cut = args.fit_fraction * obs.run_budget.max()
         fit_obs = obs.select(obs.run_budget[obs.run] <= cut)
         test = obs.select(obs.run_budget[obs.run] > cut)
-        for law in parse_laws(args.laws):
-            law = law.prepare(fit_obs)
+        for spec in parse_laws(args.laws):
+            law = spec.prepare(fit_obs)
             print(f"{setting}-{size} {law.name} ...", file=sys.stderr, flush=True)
             fit = law.fit(fit_obs, args.method, opts)
             actual = _actual(fit, law.usable(test))
+            trend = _trend(obs, spec, fit, law.usable(test), opts, args.method)
             ens = fit_ensemble(
                 fit_obs,
                 [law],
@@ -120,22 +168,34 @@ def main(argv: list[str] | None = None) -> int:
             disc = ens.fits[law.name].discrepancy
             lfo = float(np.median(disc.tau))
             tau = float(np.median(actual.tau))
-            rows.append((f"{setting}-{size}", law.name, tau, lfo, disc.source, actual, disc))
-    print("| set | law | tau actual | tau from inner LFO | rho actual | rho from inner LFO |")
-    print("|---|---|---|---|---|---|")
-    for name, law, actual, lfo, src, d_act, d_lfo in rows:
+            row = (f"{setting}-{size}", law.name, tau, lfo, disc.source, actual, disc, trend)
+            rows.append(row)
+    print(
+        "| set | law | tau actual | tau from inner LFO | rho actual | rho from inner LFO "
+        "| trend actual |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, law, actual, lfo, src, d_act, d_lfo, trend in rows:
         print(
-            f"| {name} | {law} | {actual:.4f} | {lfo:.4f} ({src}) | {_rho(d_act)} | {_rho(d_lfo)} |"
+            f"| {name} | {law} | {actual:.4f} | {lfo:.4f} ({src}) | {_rho(d_act)} | {_rho(d_lfo)} "
+            f"| {_quantiles(trend.trend) if trend is not None else '-'} |"
         )
     print()
-    print("| law | prior median | prior log-sd | median ratio LFO / actual |")
-    print("|---|---|---|---|")
+    print(
+        "| law | prior median | prior log-sd | median ratio LFO / actual | trend prior mean "
+        "| trend prior sd |"
+    )
+    print("|---|---|---|---|---|---|")
     for law in dict.fromkeys(r[1] for r in rows):
         act = np.array([r[2] for r in rows if r[1] == law])
         lfo = np.array([r[3] for r in rows if r[1] == law])
         med = float(np.exp(np.mean(np.log(act))))
         sd = max(float(np.std(np.log(act))), 0.5)
-        print(f"| {law} | {med:.4f} | {sd:.2f} | {np.median(lfo / act):.2f} |")
+        mean, spread = _trend_prior([r[7].trend for r in rows if r[1] == law and r[7]])
+        print(
+            f"| {law} | {med:.4f} | {sd:.2f} | {np.median(lfo / act):.2f} | {mean:.2f} "
+            f"| {spread:.2f} |"
+        )
     print(
         f"\ntotal {time.perf_counter() - t0:.0f} s; fit on steps <= {args.fit_fraction:.0%} of "
         f"the last; tokens per step {TOKENS_PER_STEP}"

@@ -477,7 +477,9 @@ def _fold_residuals(
     z = test.log_loss - parts.centre.mean(axis=0)
     block = fold_id * m + test.group
     factor = centre_factor(parts.centre)
-    res = LfoResiduals(z, parts.variance(False), x, test.group, block, test.r, factor)
+    res = LfoResiduals(
+        z, parts.variance(False), x, test.group, block, test.r, factor, hi[test.group]
+    )
     return res, parts
 
 
@@ -589,6 +591,12 @@ def fit_ensemble(
             log(
                 f"{law.name}: discrepancy from {disc.source} ({all_resid.z.size} LFO residuals); "
                 f"median tau {', '.join(f'{t:.3f}' for t in tau)} per squared unit of log D"
+                + (
+                    ""
+                    if disc.trend is None or prior.trend_sd == 0.0
+                    else f" at the full fit's end (folds' tau x (cut / end)^trend, trend median "
+                    f"{np.median(disc.trend):.2f})"
+                )
             )
         lfo_summary[law.name] = {"folds": len(folds), "prior_median": prior.median}
         if fold_k[law.name]:  # the Laplace fold refits' worst Pareto k and its threshold
@@ -677,13 +685,14 @@ def _score_folds(
     seed: int,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Pointwise LFO log densities with the learned discrepancy (measured from each fold's own
-    budget range), and coverage / MRE of the fold predictives without and with it."""
+    budget range, its ``tau`` at the fold's end: :meth:`Discrepancy.for_range`), and coverage /
+    MRE of the fold predictives without and with it."""
     chunks, before, after = [], [], []
     for fold_fit, test, parts in folds:
         with_d = fold_fit
         if disc is not None:
             flo, fhi = budget_range(fold_fit.fit_obs)
-            with_d = replace(fold_fit, discrepancy=disc._replace(lo=flo, hi=fhi))
+            with_d = replace(fold_fit, discrepancy=disc.for_range(flo, fhi))
         chunks.append(log_predictive_density(with_d, test, seed=seed))
         plain = predictive_samples(fold_fit, test, 1000, discrepancy=False, parts=parts)
         before.append(_summary(test.log_loss, plain))

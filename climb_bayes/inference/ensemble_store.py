@@ -52,6 +52,8 @@ def _discrepancy_tree(d: Discrepancy, languages: list[str]) -> xr.DataTree:
         coords={"language": languages},
         attrs={"source": d.source, "length_scale": float(d.length_scale), "growth": d.growth},
     )
+    if d.trend is not None:
+        ds["trend"] = (("draw",), np.asarray(d.trend))
     return xr.DataTree(ds)
 
 
@@ -67,6 +69,7 @@ def discrepancy_from_tree(node: xr.DataTree) -> Discrepancy:
         float(ds.attrs.get("length_scale", 0.2)),
         # stored before the bend term: its tau was learned with the linear form
         str(ds.attrs.get("growth", "linear")),
+        np.asarray(ds["trend"].values) if "trend" in ds else None,
     )
 
 

@@ -48,6 +48,17 @@ residuals together, enters as the low-rank covariance of the fold's posterior dr
 (:func:`centre_factor`; before 2026-12-03 it was on the diagonal only and partly read as
 discrepancy; docs/model.md "A fold's parameter error is not discrepancy").
 
+A fold ends earlier in training than the full fit, and curves bend less later in training: on
+the published 3Mix curves the ``tau`` of fits ending at 15-40% of the last step fell with where
+the fit ended (docs/discrepancy_calibration.md, "trend actual"), and on the default data the
+one inner fold (ending at half the full fit's budget), read as the full fit, gave a ``tau``
+4-25x what the 3x holdouts need (docs/model.md, "Early folds bend more"). So a fold whose
+fitted budgets end at ``c`` has ``tau_i (c / hi_i)^gamma`` (``hi_i`` the full fit's largest
+budget of language ``i``; ``tau_i`` is the full fit's, the one the predictive uses),
+``gamma ~ N(trend_mean, trend_sd)`` calibrated per law on the 3Mix curves
+(:data:`DISCREPANCY_PRIORS`) and updated by the folds where they end at different budgets.
+Beyond ``hi`` the predictive keeps ``tau_i`` (no further fall is assumed).
+
 Units
 -----
 ``tau`` in log-loss (relative error) per squared unit of natural-log ``D`` (per unit ``log D``
@@ -159,7 +170,7 @@ def edge_fraction(
 
 
 class DiscrepancyPrior(NamedTuple):
-    """LogNormal prior of the typical discrepancy scale ``tau_0`` of one law.
+    """LogNormal prior of the typical discrepancy scale ``tau_0`` of one law, Normal of its trend.
 
     Attributes
     ----------
@@ -169,34 +180,43 @@ class DiscrepancyPrior(NamedTuple):
         sd of ``log tau_0``.
     source : str
         Where the numbers come from.
+    trend_mean, trend_sd : float
+        Normal prior of the trend ``gamma`` of ``log tau`` in the log of where a fit ends
+        (:func:`calibrate`): a fold whose fitted budgets end at ``c`` (tokens) has
+        ``tau (c / hi)^gamma``, ``hi`` the full fit's largest budget. ``0, 0``: no trend (the
+        model before 2026-12-03).
     """
 
     median: float
     log_sd: float
     source: str
+    trend_mean: float = 0.0
+    trend_sd: float = 0.0
 
 
 _CALIBRATION = (
     "benchmarks/calibrate_discrepancy.py --method laplace: Data Mixing Laws 2Mix/3Mix, 70M and "
-    "160M, fit on steps <= 40% of the last, geometric mean of the actual tau of the 4 sets"
+    "160M, fit on steps <= 40% of the last, geometric mean of the actual tau of the 4 sets; "
+    "trend from fits ending at 15-40% of the last step on 3Mix"
 )
 DISCREPANCY_PRIORS: dict[str, DiscrepancyPrior] = {
-    "climb": DiscrepancyPrior(0.0036, 0.92, _CALIBRATION),
-    "msl": DiscrepancyPrior(0.0054, 0.50, _CALIBRATION),
-    "dml": DiscrepancyPrior(0.0075, 0.50, _CALIBRATION),
-    "isolated": DiscrepancyPrior(0.0084, 0.72, _CALIBRATION),
+    "climb": DiscrepancyPrior(0.0035, 0.93, _CALIBRATION, -1.39, 0.76),
+    "msl": DiscrepancyPrior(0.0054, 0.50, _CALIBRATION, -0.63, 0.53),
+    "dml": DiscrepancyPrior(0.0078, 0.50, _CALIBRATION, -0.53, 0.51),
+    "isolated": DiscrepancyPrior(0.0084, 0.70, _CALIBRATION, 0.10, 0.50),
 }
-"""Per-law priors of ``tau_0`` (see :func:`discrepancy_prior`), from the printed table of the
-calibration script (docs/model.md). The calibration sets are kept out of every evaluation in
-docs/benchmarks.md (5Mix, RegMix, the default data)."""
+"""Per-law priors of ``tau_0`` and of its trend (see :func:`discrepancy_prior`), from the
+printed table of the calibration script (docs/discrepancy_calibration.md). The calibration sets
+are kept out of every evaluation in docs/benchmarks.md (5Mix, RegMix, the default data)."""
 
 _FALLBACK = DiscrepancyPrior(
-    0.02, 1.0, "generic (law not calibrated; above every calibrated median)"
+    0.02, 1.0, "generic (law not calibrated; above every calibrated median)", 0.0, 0.5
 )
 
 
 def discrepancy_prior(law: str) -> DiscrepancyPrior:
-    """The calibrated prior of ``tau_0`` for ``law`` (a generic wide one for other laws)."""
+    """The calibrated prior of ``tau_0`` and its trend for ``law`` (a generic wide one for
+    other laws)."""
     return DISCREPANCY_PRIORS.get(law, _FALLBACK)
 
 
@@ -217,6 +237,10 @@ class Discrepancy(NamedTuple):
         Correlation length of the mixture-specific part.
     growth : str
         One of :data:`GROWTH_FORMS` (:func:`discrepancy_distance`).
+    trend : numpy.ndarray or None
+        ``(S,)`` draws of the trend ``gamma`` of ``log tau`` in the log of where a fit ends
+        (:func:`calibrate`; ``tau`` is at the full fit's end, where the predictive uses it).
+        ``None`` for prior draws and fits stored before 2026-12-03.
     """
 
     tau: np.ndarray
@@ -226,6 +250,7 @@ class Discrepancy(NamedTuple):
     source: str = "prior"
     length_scale: float = LENGTH_SCALE
     growth: str = "chord"
+    trend: np.ndarray | None = None
 
     def distance(self, tokens: np.ndarray, group: np.ndarray) -> np.ndarray:
         """``(N,)`` factor ``g`` (:func:`discrepancy_distance`) of each observation."""
@@ -246,9 +271,22 @@ class Discrepancy(NamedTuple):
         x = self.distance(tokens, group)
         return self.tau[:, np.asarray(group, dtype=np.int64)] * x[None, :]
 
+    def for_range(self, lo: np.ndarray, hi: np.ndarray) -> Discrepancy:
+        """The discrepancy of a fit over ``[lo, hi]`` (tokens, per language) that ends at or
+        before this one's: distances from that range, and ``tau (hi / self.hi)^trend`` (an
+        earlier end has the larger ``tau`` the calibration learned; unchanged without
+        ``trend``). An inner fold's predictive is this, as in the calibration's likelihood."""
+        lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+        tau = self.tau
+        if self.trend is not None:
+            offset = np.minimum(np.log(hi / self.hi), 0.0)
+            tau = tau * np.exp(np.asarray(self.trend)[:, None] * offset[None, :])
+        return self._replace(tau=tau, lo=lo, hi=hi)
+
     def take(self, idx: np.ndarray) -> Discrepancy:
         """The draws ``idx`` (to pair with a subset of posterior draws)."""
-        return self._replace(tau=self.tau[idx], rho=self.rho[idx])
+        trend = None if self.trend is None else self.trend[idx]
+        return self._replace(tau=self.tau[idx], rho=self.rho[idx], trend=trend)
 
     def sample(
         self,
@@ -313,6 +351,11 @@ class LfoResiduals(NamedTuple):
         mixture share its ``c_i(r)``, and nearby mixtures are correlated through the kernel, as
         in :meth:`Discrepancy.sample`. ``None``: every residual has its own, independent
         mixture-specific part (the likelihood before 2026-12-02).
+    cut : numpy.ndarray or None
+        ``(n,)`` the largest budget (tokens) the fold fit had for the residual's language: where
+        its extrapolation starts. With it :func:`calibrate` learns how ``tau`` changes with where
+        a fit ends (``DiscrepancyPrior.trend_mean``); ``None``: every fold counts as the full
+        fit (the likelihood before 2026-12-03).
     factor : numpy.ndarray or None
         ``(n, k)`` low-rank factor ``L`` of the covariance of the fold fit's predictive centre
         across its posterior draws (:func:`centre_factor`): the parameter (and run-effect) error
@@ -329,11 +372,13 @@ class LfoResiduals(NamedTuple):
     block: np.ndarray
     mixture: np.ndarray | None = None
     factor: np.ndarray | None = None
+    cut: np.ndarray | None = None
 
     @staticmethod
     def concat(parts: list[LfoResiduals]) -> LfoResiduals:
-        """Residuals of several folds, block ids kept apart (mixtures kept where every part
-        has them; factors, where every part has one, block-diagonal: folds are separate fits)."""
+        """Residuals of several folds, block ids kept apart (mixtures and cuts kept where every
+        part has them; factors, where every part has one, block-diagonal: folds are separate
+        fits)."""
         if not parts:
             e = np.zeros(0)
             return LfoResiduals(e, e, e, e.astype(np.int64), e.astype(np.int64))
@@ -343,6 +388,7 @@ class LfoResiduals(NamedTuple):
             offset += int(np.max(p.block)) + 1 if p.block.size else 0
         mixed = all(p.mixture is not None for p in parts)
         factored = all(p.factor is not None for p in parts)
+        cut = all(p.cut is not None for p in parts)
         import scipy.linalg  # here, not at import: JAX does not load it
 
         return LfoResiduals(
@@ -350,6 +396,7 @@ class LfoResiduals(NamedTuple):
             np.concatenate(blocks),
             np.concatenate([p.mixture for p in parts]) if mixed else None,
             scipy.linalg.block_diag(*(p.factor for p in parts)) if factored else None,
+            np.concatenate([p.cut for p in parts]) if cut else None,
         )
 
 
@@ -538,16 +585,21 @@ def _calibration_sampler(
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS
 
-    def model(z, v, x, group, block, cells, block_group, factor, log_median, log_sd) -> None:
+    def model(
+        z, v, x, group, block, cells, block_group, factor, offset, log_median, log_sd, trend
+    ) -> None:
         log_tau0 = numpyro.sample("log_tau0", dist.Normal(log_median, log_sd))
         spread = numpyro.sample("spread", dist.HalfNormal(0.5))
         psi = numpyro.sample("psi", dist.Normal(0.0, 1.0).expand([m]).to_event(1))
         rho = numpyro.sample("rho", dist.Beta(2.0, 2.0))
+        gamma_raw = numpyro.sample("gamma_raw", dist.Normal(0.0, 1.0))
+        gamma = numpyro.deterministic("gamma", trend[0] + trend[1] * gamma_raw)
         tau = numpyro.deterministic("tau", jnp.exp(log_tau0 + spread * psi))
+        shift = jnp.exp(gamma * offset)  # per block (cells) or per residual: where folds end
         if by_cell:
-            density = _cell_log_density(z, v, x, tau[block_group], rho, cells, factor)
+            density = _cell_log_density(z, v, x, tau[block_group] * shift, rho, cells, factor)
         else:
-            density = _block_log_density(z, v, x, tau[group], rho, block, n_blocks)
+            density = _block_log_density(z, v, x, tau[group] * shift, rho, block, n_blocks)
         numpyro.factor("lfo", density)
 
     return MCMC(
@@ -581,7 +633,9 @@ def calibrate(
     (:func:`_cell_log_density`), so a mixture seen at several budgets counts as one draw of its
     specific part, as the predictive draws it; where ``resid.factor`` is given too, a fold
     fit's parameter error, shared by all its residuals, is in the likelihood as the low-rank
-    covariance it has, so it is not read as discrepancy. Sampled with NumPyro's NUTS
+    covariance it has, so it is not read as discrepancy; where ``resid.cut`` is given, a fold
+    ending at ``c`` has ``tau (c / hi)^gamma`` with ``gamma`` from the prior's trend (module
+    docstring), and the draws are of ``tau`` at ``hi``. Sampled with NumPyro's NUTS
     (2 chains); without residuals the draws are the prior's.
 
     Parameters
@@ -589,9 +643,10 @@ def calibrate(
     resid : LfoResiduals
         Residuals of every fold.
     prior : DiscrepancyPrior
-        Prior of ``tau_0``.
+        Prior of ``tau_0`` and of the trend ``gamma``.
     lo, hi : array (m,)
-        The full fit's budget range per language (stored with the draws).
+        The full fit's budget range per language (tokens; stored with the draws; ``hi`` is
+        where ``tau`` is referred to).
     n_draws : int
         Draws to return.
     seed : int
@@ -623,6 +678,9 @@ def calibrate(
     _, block = np.unique(np.asarray(resid.block)[keep], return_inverse=True)
     block = np.asarray(block).ravel()
     n_blocks = int(block.max()) + 1
+    offset = np.zeros(group_np.size)  # log(where the fold's fit ends / the full fit's hi)
+    if resid.cut is not None:
+        offset = np.minimum(np.log(np.asarray(resid.cut, float)[keep] / hi[group_np]), 0.0)
     cells = block_group = None
     if resid.mixture is not None:
         cells = _Cells(
@@ -631,6 +689,9 @@ def calibrate(
         block_group = np.zeros(n_blocks, dtype=np.int64)
         block_group[block] = group_np
         block_group = jnp.asarray(block_group)
+        block_offset = np.zeros(n_blocks)
+        block_offset[block] = offset  # one fold and language: one end of the fit
+        offset = block_offset
     mcmc = _calibration_sampler(
         m, n_blocks, -(-n_draws // _CHAINS), cells is not None, factor is not None
     )
@@ -644,10 +705,11 @@ def calibrate(
         cells,
         block_group,
         factor,
+        jnp.asarray(offset),
         float(np.log(prior.median)),
         float(prior.log_sd),
+        jnp.asarray([prior.trend_mean, prior.trend_sd], dtype=float),
     )
     post = mcmc.get_samples()
-    tau = np.asarray(post["tau"])[:n_draws]
-    rho = np.asarray(post["rho"])[:n_draws]
-    return Discrepancy(tau, rho, lo, hi, "lfo", length_scale)
+    tau, rho, trend = (np.asarray(post[k])[:n_draws] for k in ("tau", "rho", "gamma"))
+    return Discrepancy(tau, rho, lo, hi, "lfo", length_scale, trend=trend)

@@ -149,6 +149,23 @@ def test_a_discrepancy_stored_before_the_growth_form_reads_as_linear():
     old = discrepancy_from_tree(node)
     assert old.growth == "linear"
     assert np.allclose(old.distance_at(1e11), np.log(10.0))
+    assert old.trend is None  # stored before the trend: none
+    trend = np.array([-1.0, -0.5, -2.0])
+    node = _discrepancy_tree(d._replace(trend=trend), ["en", "de"])
+    np.testing.assert_array_equal(discrepancy_from_tree(node).trend, trend)
+    np.testing.assert_array_equal(d._replace(trend=trend).take(np.array([2, 0])).trend, [-2, -1])
+
+
+def test_a_fold_that_ends_earlier_has_the_tau_of_its_end():
+    """An inner fold's predictive (the stacking scores) uses ``tau (fold end / end)^trend``,
+    the model the calibration fitted; without a trend ``tau`` is unchanged."""
+    tau = np.array([[0.01, 0.02], [0.03, 0.04]])
+    d = Discrepancy(tau, np.full(2, 0.5), np.ones(2), np.array([4e9, 1e10]))
+    lo, hi = np.ones(2), np.array([1e9, 1e10])  # en ends 4x earlier, de where the fit ends
+    np.testing.assert_array_equal(d.for_range(lo, hi).tau, tau)
+    np.testing.assert_array_equal(d.for_range(lo, hi).hi, hi)
+    fold = d._replace(trend=np.array([-1.0, -0.5])).for_range(lo, hi)
+    np.testing.assert_allclose(fold.tau, [[0.04, 0.02], [0.03 * 2.0, 0.04]])
 
 
 def test_more_tokens_never_raise_the_expected_loss(bent_ensemble):
@@ -206,10 +223,12 @@ def test_edge_fraction_is_the_chords_edge_error_over_its_error_at_the_budget():
     assert edge_fraction(np.array([1e13]), lo, hi)[0] < q[1]  # further out, a smaller share
 
 
-def _residual_world(seed, tau=0.03, rho=0.3, n_blocks=4, n_mix=10, m=3):
+def _residual_world(seed, tau=0.03, rho=0.3, n_blocks=4, n_mix=10, m=3, block_scale=None):
     """Leave-future-out residuals drawn as :meth:`Discrepancy.sample` draws the discrepancy:
-    ``n_blocks`` (fold, language) blocks, each with ``n_mix`` mixtures seen at 5 budgets."""
+    ``n_blocks`` (fold, language) blocks, each with ``n_mix`` mixtures seen at 5 budgets
+    (``block_scale``: a factor on ``tau`` per block)."""
     rng = np.random.default_rng(seed)
+    scale = np.ones(n_blocks) if block_scale is None else np.asarray(block_scale, float)
     mixes = rng.dirichlet(np.ones(m), n_mix)
     x = np.tile(np.repeat(np.linspace(0.3, 2.0, 5)[None, :], n_mix, 0).ravel(), n_blocks)
     mix = np.tile(np.repeat(mixes, 5, axis=0), (n_blocks, 1))
@@ -224,8 +243,30 @@ def _residual_world(seed, tau=0.03, rho=0.3, n_blocks=4, n_mix=10, m=3):
         np.sqrt(1 - rho) * c[np.tile(np.repeat(np.arange(n_mix), 5), n_blocks), block],
     )
     v = np.full(x.size, 0.002**2)
-    z = x * tau * (shared + specific) + np.sqrt(v) * rng.normal(size=x.size)
+    z = x * tau * scale[block] * (shared + specific) + np.sqrt(v) * rng.normal(size=x.size)
     return LfoResiduals(z, v, x, block % m, block, mix)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4])
+def test_calibration_refers_early_folds_tau_to_where_the_full_fit_ends(seed):
+    """Folds that end early in training see a larger ``tau`` than the full fit's extrapolation
+    needs (measured on the published curves, docs/model.md). Worlds with four folds of three
+    languages ending at ``hi e^-1.6 .. hi e^-0.4`` and ``tau (cut / hi)^-1.5`` (0.03 at ``hi``):
+    with where each fold ends (``cut``) and a wide trend prior the 90% interval of ``tau`` at
+    ``hi`` covers 0.03; without (every fold read as the full fit, the likelihood before
+    2026-12-03) it lies above it."""
+    offsets = np.repeat([-1.6, -1.2, -0.8, -0.4], 3)
+    res = _residual_world(seed, n_blocks=12, block_scale=np.exp(-1.5 * offsets))
+    res = res._replace(cut=np.exp(offsets[res.block]))
+    prior = DiscrepancyPrior(0.01, 1.0, "test", trend_mean=0.0, trend_sd=2.0)
+
+    def tau_interval(r):
+        d = calibrate(r, prior, np.full(3, 0.5), np.ones(3), seed=seed)
+        return np.exp(np.quantile(np.log(d.tau).mean(axis=1), [0.05, 0.95]))
+
+    lo, hi = tau_interval(res)
+    assert lo < 0.03 < hi
+    assert tau_interval(res._replace(cut=None))[0] > 0.03
 
 
 def _world_with_parameter_error(seed, scale=0.03, k=3):
