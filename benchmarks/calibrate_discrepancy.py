@@ -82,19 +82,20 @@ def _thin(obs, ratio: float = 1.2):
     return obs.select(np.isin(obs.run_budget[obs.run], keep))
 
 
-def _actual(fit, test):
-    """The discrepancy's posterior given the fit's residuals at the later checkpoints."""
-    res, _ = _fold_residuals(fit, test, 0, fit.fit_obs.m)  # the residuals an inner fold gives
+def _actual(fit, res):
+    """The discrepancy's posterior given the fit's residuals ``res`` at the later checkpoints
+    (as an inner fold gives them: ``ensemble._fold_residuals``)."""
     lo, hi = budget_range(fit.fit_obs)
     return calibrate(res, WIDE, lo, hi, n_draws=600)
 
 
-def _trend(obs, spec, fit, test, opts, method: str):
-    """The discrepancy's posterior given the residuals of the fit and of earlier fits (ending at
-    :data:`TREND_FRACTIONS` of the last step) at their later checkpoints: its ``trend`` is how
-    ``log tau`` changes with the log of where a fit ends (``None`` without earlier fits)."""
+def _trend(obs, spec, fit, res, opts, method: str):
+    """The discrepancy's posterior given the residuals ``res`` of the fit and those of earlier
+    fits (ending at :data:`TREND_FRACTIONS` of the last step) at their later checkpoints: its
+    ``trend`` is how ``log tau`` changes with the log of where a fit ends (``None`` without
+    earlier fits)."""
     m = fit.fit_obs.m
-    parts = [_fold_residuals(fit, test, 0, m)[0]]
+    parts = [res]
     levels = np.unique(obs.run_budget)
     for j, frac in enumerate(TREND_FRACTIONS, start=1):
         cut = frac * levels.max()
@@ -156,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
             law = spec.prepare(fit_obs)
             print(f"{setting}-{size} {law.name} ...", file=sys.stderr, flush=True)
             fit = law.fit(fit_obs, args.method, opts)
-            actual = _actual(fit, law.usable(test))
-            trend = _trend(obs, spec, fit, law.usable(test), opts, args.method)
+            res, _ = _fold_residuals(fit, law.usable(test), 0, fit.fit_obs.m)
+            actual = _actual(fit, res)
+            trend = _trend(obs, spec, fit, res, opts, args.method)
             ens = fit_ensemble(
                 fit_obs,
                 [law],

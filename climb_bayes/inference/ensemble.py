@@ -593,7 +593,7 @@ def fit_ensemble(
                 f"median tau {', '.join(f'{t:.3f}' for t in tau)} per squared unit of log D"
                 + (
                     ""
-                    if disc.trend is None or prior.trend_sd == 0.0
+                    if disc.trend is None or (prior.trend_mean, prior.trend_sd) == (0.0, 0.0)
                     else f" at the full fit's end (folds' tau x (cut / end)^trend, trend median "
                     f"{np.median(disc.trend):.2f})"
                 )

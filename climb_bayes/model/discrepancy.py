@@ -279,7 +279,7 @@ class Discrepancy(NamedTuple):
         lo, hi = np.asarray(lo, float), np.asarray(hi, float)
         tau = self.tau
         if self.trend is not None:
-            offset = np.minimum(np.log(hi / self.hi), 0.0)
+            offset = _end_offset(hi, self.hi)
             tau = tau * np.exp(np.asarray(self.trend)[:, None] * offset[None, :])
         return self._replace(tau=tau, lo=lo, hi=hi)
 
@@ -429,6 +429,13 @@ def centre_factor(centre: np.ndarray, max_rank: int = 20, share: float = 0.99) -
         return np.zeros((c.shape[1], 0))
     k = min(max_rank, int(np.searchsorted(np.cumsum(var) / var.sum(), share)) + 1)
     return vt[:k].T * s[:k]
+
+
+def _end_offset(end: np.ndarray, full_end: np.ndarray) -> np.ndarray:
+    """``log(end / full_end)``, at most 0: where a fold's fit ends relative to the full fit's
+    end, the exponent's argument of ``tau (end / full_end)^gamma`` in both the calibration's
+    likelihood (:func:`calibrate`) and a fold's predictive (:meth:`Discrepancy.for_range`)."""
+    return np.minimum(np.log(np.asarray(end, float) / np.asarray(full_end, float)), 0.0)
 
 
 def _hyper_prior_draws(
@@ -680,7 +687,7 @@ def calibrate(
     n_blocks = int(block.max()) + 1
     offset = np.zeros(group_np.size)  # log(where the fold's fit ends / the full fit's hi)
     if resid.cut is not None:
-        offset = np.minimum(np.log(np.asarray(resid.cut, float)[keep] / hi[group_np]), 0.0)
+        offset = _end_offset(np.asarray(resid.cut)[keep], hi[group_np])
     cells = block_group = None
     if resid.mixture is not None:
         cells = _Cells(
