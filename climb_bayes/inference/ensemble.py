@@ -276,12 +276,20 @@ class EnsembleOptions:
         (the discrepancy keeps its prior).
     lfo_folds : int
         Most inner folds (the last cuts, nearest the full fit).
+    lfo_cuts : tuple of float, optional
+        The inner folds' cuts (tokens; budget levels of the data below the largest) instead of
+        the last ``lfo_folds``: e.g. folds that end as far from the full fit's end as a target
+        lies beyond it (``benchmarks/trend_extrapolation.py``).
     lfo_options : FitOptions, optional
         Settings of the fold fits (default: the full fits' with at most 400 warm-up steps and
         400 draws; for NUTS folds :data:`FOLD_NUTS_CHAINS` x (:data:`FOLD_NUTS_WARMUP` +
         :data:`FOLD_NUTS_SAMPLES` / chains)).
     discrepancy : bool
         Learn and use the extrapolation discrepancy.
+    trend : bool
+        Let the discrepancy's ``tau`` change with where a fit ends (each law's calibrated trend
+        prior, :func:`~climb_bayes.model.discrepancy.calibrate`); False: one ``tau`` for every
+        fold and the full fit (the model before 2026-12-03).
     n_draws : int
         Discrepancy draws (paired with the parameter draws).
     nuts_min_weight : float
@@ -306,8 +314,10 @@ class EnsembleOptions:
     method: str = "nuts"
     lfo: str = "laplace"
     lfo_folds: int = 2
+    lfo_cuts: tuple[float, ...] | None = None
     lfo_options: FitOptions | None = None
     discrepancy: bool = True
+    trend: bool = True
     n_draws: int = 1000
     nuts_min_weight: float = 0.0
     correlate: bool = True
@@ -537,7 +547,9 @@ def fit_ensemble(
     for law in laws:
         common = law.usable(common)
     folds: list[LfoFold] = (
-        [] if ens.lfo == "none" else lfo_folds(common, max_folds=ens.lfo_folds, keep="latest")
+        []
+        if ens.lfo == "none"
+        else lfo_folds(common, max_folds=ens.lfo_folds, keep="latest", cuts=ens.lfo_cuts)
     )
     if not folds:  # the PSIS-LOO weights below need every full fit
         _fit_full(laws, fits, obs, ens.method, options, log)
@@ -582,6 +594,8 @@ def fit_ensemble(
     discs: dict[str, Discrepancy | None] = {}
     for law in laws:
         prior = discrepancy_prior(law.name)
+        if not ens.trend:
+            prior = prior._replace(trend_mean=0.0, trend_sd=0.0)
         discs[law.name] = None
         if ens.discrepancy:
             all_resid = LfoResiduals.concat(resid[law.name])

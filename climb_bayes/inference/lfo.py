@@ -18,6 +18,7 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -101,6 +102,7 @@ def lfo_folds(
     max_folds: int | None = None,
     min_test: int = 1,
     keep: str = "spread",
+    cuts: Sequence[float] | None = None,
 ) -> list[LfoFold]:
     """Leave-future-out splits of ``obs``, one per cut with enough levels before and after.
 
@@ -120,6 +122,10 @@ def lfo_folds(
         (``evaluate --lfo``); ``"latest"`` the last ones, whose fitted span is nearest the full
         fit's (what the discrepancy is learned from: on 5Mix the earliest folds, fitting a span
         5x shorter, gave a ``tau`` 1.6-5.7x the one the full fit's extrapolation needed).
+    cuts : sequence of float, optional
+        The folds' cuts (tokens), each a budget level of ``obs`` below the largest; replaces
+        ``max_folds`` and ``keep``. A cut that is not such a level raises :class:`ClimbError`
+        naming the levels.
 
     Returns
     -------
@@ -132,6 +138,8 @@ def lfo_folds(
         raise ClimbError(f"keep must be 'spread' or 'latest', got {keep!r}.")
     levels = budget_levels(obs)
     budget = obs.run_budget[obs.run]
+    if cuts is not None:
+        return [_fold_at(levels, budget, float(c), min_fit_levels, min_test) for c in sorted(cuts)]
     folds = []
     for k in range(min_fit_levels - 1, levels.size - 1):
         cut = float(levels[k])
@@ -147,6 +155,32 @@ def lfo_folds(
         idx = np.unique(np.round(np.linspace(0, len(folds) - 1, max_folds)).astype(int))
         folds = [folds[i] for i in idx]
     return folds
+
+
+def _fold_at(
+    levels: np.ndarray,
+    budget: np.ndarray,
+    cut: float,
+    min_fit_levels: int,
+    min_test: int,
+) -> LfoFold:
+    """The fold cut at budget level ``cut`` (checked: a level, enough fitted and scored)."""
+    near = np.abs(levels - cut) <= LEVEL_REL_TOL * max(abs(cut), 1.0)
+    known = ", ".join(f"{v:.4g}" for v in levels[:-1])
+    if not near.any() or near[-1]:
+        raise ClimbError(
+            f"LFO cut {cut:.4g} tokens is not a budget level below the largest; use one of "
+            f"{known or '(none: the data have one budget level)'}."
+        )
+    k = int(np.flatnonzero(near)[0])
+    fit = budget <= levels[k] * (1.0 + LEVEL_REL_TOL)
+    if k + 1 < min_fit_levels or int((~fit).sum()) < min_test:
+        raise ClimbError(
+            f"LFO cut {cut:.4g} tokens fits {k + 1} budget level(s) and scores "
+            f"{int((~fit).sum())} observation(s); a fold needs {min_fit_levels} level(s) and "
+            f"{min_test} observation(s): use a later cut ({known})."
+        )
+    return LfoFold(float(levels[k]), k + 1, fit, ~fit)
 
 
 def check_no_leakage(obs: Observations, fold: LfoFold) -> None:

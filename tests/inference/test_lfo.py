@@ -74,6 +74,48 @@ def test_the_ensemble_learns_from_the_folds_nearest_the_full_fit():
     assert ens.fits["isolated"].discrepancy.source == "lfo"
 
 
+def test_explicit_cuts_choose_the_folds_and_name_the_levels_when_wrong(three_budget_obs):
+    obs = three_budget_obs
+    (fold,) = lfo_folds(obs, cuts=[3e9 * (1 + 1e-9)])  # a level, within the level tolerance
+    (auto,) = lfo_folds(obs)
+    assert fold.cut == auto.cut and fold.n_levels == auto.n_levels
+    assert np.array_equal(fold.fit, auto.fit) and np.array_equal(fold.test, auto.test)
+    check_no_leakage(obs, fold)
+    assert [f.cut for f in lfo_folds(obs, min_fit_levels=1, cuts=[3e9, 1e9])] == [1e9, 3e9]
+    with pytest.raises(ClimbError, match=r"2e\+09 tokens is not a budget level.*1e\+09, 3e\+09"):
+        lfo_folds(obs, cuts=[2e9])
+    with pytest.raises(ClimbError, match="not a budget level below the largest"):
+        lfo_folds(obs, cuts=[1e10])  # nothing left to score
+    with pytest.raises(ClimbError, match="fits 1 budget level.*use a later cut"):
+        lfo_folds(obs, cuts=[1e9])  # two levels must be fitted
+
+
+def test_the_ensemble_takes_explicit_cuts_and_can_leave_out_the_trend():
+    from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
+    from climb_bayes.laws.base import FitOptions
+    from climb_bayes.laws.registry import get_law
+
+    truth = example_params(("en", "de"), seed=0)
+    design = algorithm1_design(truth.languages, [1e9, 2e9, 4e9, 8e9, 1.6e10], seed=0)
+    obs = Observations.from_runs(runs_from_frame(simulate_runs(truth, design, seed=0)))
+    trends = {}
+    for trend in (True, False):
+        seen = []
+        ens = fit_ensemble(
+            obs,
+            [get_law("isolated")],
+            FitOptions(seed=0, samples=200),
+            EnsembleOptions(method="laplace", lfo="laplace", lfo_cuts=(2e9, 4e9), trend=trend),
+            log=seen.append,
+        )
+        cuts = [line for line in seen if line.startswith("leave-future-out fold")]
+        assert len(cuts) == 2  # the cuts asked for, not the last two (4e9 and 8e9)
+        assert "<= 2e+09" in cuts[0] and "<= 4e+09" in cuts[1]
+        trends[trend] = ens.fits["isolated"].discrepancy.trend
+    assert np.std(trends[True]) > 0.1  # drawn from the prior's trend and the folds
+    assert np.all(trends[False] == 0.0)  # one tau for the folds and the full fit
+
+
 def test_leakage_guard_fails_on_a_bad_fold(three_budget_obs):
     obs = three_budget_obs
     budget = obs.run_budget[obs.run]
