@@ -27,9 +27,9 @@ Laplace inner folds, discrepancy, stacking) three ways:
 
 Prints one markdown table: the stacked predictive's coverage (in brackets the 5-95% range a
 calibrated predictive shows on the same points, whose errors cluster by domain), CRPS and MRE,
-CLIMB's own, the stacking weights and CLIMB's learned trend. About 2-3 min per row on 2 cores
-(the four sets x three arms: about 30 min). Skips cleanly (exit 0, one line) when the data
-folder is absent.
+CLIMB's own, the stacking weights and CLIMB's learned trend. About 2-5 min per row on 2 cores
+(the four splits x three arms: 40 min on the 2-core Intel Xeon). Skips cleanly (exit 0, one
+line) when the data folder is absent.
 """
 
 from __future__ import annotations
