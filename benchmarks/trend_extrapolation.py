@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import climb_bayes  # noqa: E402
 from climb_bayes.data.published import TOKENS_PER_STEP, load_5mix, shared_data_dir  # noqa: E402
 from climb_bayes.inference.ensemble import EnsembleOptions  # noqa: E402
-from climb_bayes.inference.lfo import MIN_FIT_LEVELS, budget_levels  # noqa: E402
+from climb_bayes.inference.lfo import budget_levels, lfo_folds  # noqa: E402
 
 SPLITS = {"30k": (30_000, 60_000), "20k": (20_000, 40_000)}
 """Split name: (last fitted step, first held-out step)."""
@@ -63,13 +63,13 @@ ARMS = (
 """(name, far folds, trend)."""
 
 
-def far_cuts(levels: np.ndarray) -> tuple[float, ...]:
-    """The budget levels nearest (in log) each of :data:`FOLD_END_FRACTIONS` of the largest,
-    among those a fold can cut at (at least :data:`MIN_FIT_LEVELS` fitted, one scored)."""
-    usable = levels[MIN_FIT_LEVELS - 1 : -1]
+def far_cuts(obs) -> tuple[float, ...]:
+    """The inner-fold cuts (:func:`~climb_bayes.inference.lfo.lfo_folds`) nearest (in log) each
+    of :data:`FOLD_END_FRACTIONS` of the largest budget of ``obs``."""
+    usable = np.array([fold.cut for fold in lfo_folds(obs)])
+    end = budget_levels(obs)[-1]
     cuts = {
-        float(usable[np.argmin(np.abs(np.log(usable / (f * levels[-1]))))])
-        for f in FOLD_END_FRACTIONS
+        float(usable[np.argmin(np.abs(np.log(usable / (f * end))))]) for f in FOLD_END_FRACTIONS
     }
     return tuple(sorted(cuts))
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             if test.n == 0:
                 lines.append(f"| {name} | no runs at or beyond step {first} | | | | | | | | |")
                 continue
-            cuts = far_cuts(budget_levels(train))
+            cuts = far_cuts(train)
             for arm, far, trend in ARMS:
                 t0 = time.perf_counter()
                 print(f"{name}: {arm} ...", file=sys.stderr, flush=True)

@@ -124,8 +124,8 @@ def lfo_folds(
         5x shorter, gave a ``tau`` 1.6-5.7x the one the full fit's extrapolation needed).
     cuts : sequence of float, optional
         The folds' cuts (tokens), each a budget level of ``obs`` below the largest; replaces
-        ``max_folds`` and ``keep``. A cut that is not such a level raises :class:`ClimbError`
-        naming the levels.
+        ``max_folds`` and ``keep``. A cut that is not such a level, or too early for a fold,
+        raises :class:`ClimbError` naming the levels or the valid cuts.
 
     Returns
     -------
@@ -138,8 +138,6 @@ def lfo_folds(
         raise ClimbError(f"keep must be 'spread' or 'latest', got {keep!r}.")
     levels = budget_levels(obs)
     budget = obs.run_budget[obs.run]
-    if cuts is not None:
-        return [_fold_at(levels, budget, float(c), min_fit_levels, min_test) for c in sorted(cuts)]
     folds = []
     for k in range(min_fit_levels - 1, levels.size - 1):
         cut = float(levels[k])
@@ -147,6 +145,8 @@ def lfo_folds(
         test = ~fit
         if test.sum() >= min_test and fit.any():
             folds.append(LfoFold(cut, k + 1, fit, test))
+    if cuts is not None:
+        return [_fold_at(folds, levels, float(c), min_fit_levels, min_test) for c in sorted(cuts)]
     if max_folds is not None and len(folds) > max_folds:
         if max_folds <= 0:
             return []
@@ -158,29 +158,26 @@ def lfo_folds(
 
 
 def _fold_at(
-    levels: np.ndarray,
-    budget: np.ndarray,
-    cut: float,
-    min_fit_levels: int,
-    min_test: int,
+    folds: list[LfoFold], levels: np.ndarray, cut: float, min_fit_levels: int, min_test: int
 ) -> LfoFold:
-    """The fold cut at budget level ``cut`` (checked: a level, enough fitted and scored)."""
+    """The one of ``folds`` (every valid cut) cut at budget level ``cut``; an error naming the
+    levels or the valid cuts when there is none."""
     near = np.abs(levels - cut) <= LEVEL_REL_TOL * max(abs(cut), 1.0)
-    known = ", ".join(f"{v:.4g}" for v in levels[:-1])
     if not near.any() or near[-1]:
+        known = ", ".join(f"{v:.4g}" for v in levels[:-1])
         raise ClimbError(
             f"LFO cut {cut:.4g} tokens is not a budget level below the largest; use one of "
             f"{known or '(none: the data have one budget level)'}."
         )
     k = int(np.flatnonzero(near)[0])
-    fit = budget <= levels[k] * (1.0 + LEVEL_REL_TOL)
-    if k + 1 < min_fit_levels or int((~fit).sum()) < min_test:
-        raise ClimbError(
-            f"LFO cut {cut:.4g} tokens fits {k + 1} budget level(s) and scores "
-            f"{int((~fit).sum())} observation(s); a fold needs {min_fit_levels} level(s) and "
-            f"{min_test} observation(s): use a later cut ({known})."
-        )
-    return LfoFold(float(levels[k]), k + 1, fit, ~fit)
+    for fold in folds:
+        if fold.n_levels == k + 1:
+            return fold
+    valid = ", ".join(f"{f.cut:.4g}" for f in folds) or "none: too few budget levels"
+    raise ClimbError(
+        f"LFO cut {cut:.4g} tokens fits {k + 1} budget level(s); a fold needs {min_fit_levels} "
+        f"level(s) and {min_test} scored observation(s): use a later cut ({valid})."
+    )
 
 
 def check_no_leakage(obs: Observations, fold: LfoFold) -> None:
