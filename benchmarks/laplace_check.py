@@ -45,8 +45,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import climb_bayes  # noqa: E402
 from climb_bayes.data.published import shared_data_dir  # noqa: E402
 
-ALL_SETS = "5mix-70M,5mix-160M,5mix-305M,5mix-410M,rp-70M,rp-160M,rp-305M,rp-410M,5mix-1B,rp-1B"
-
 
 def _at_target(fit, test) -> tuple[float, float, float]:
     """At ``test``: the median half-width of the parameter-only 90% interval, the share of
@@ -67,7 +65,7 @@ def _at_target(fit, test) -> tuple[float, float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=None)
-    ap.add_argument("--sets", default=ALL_SETS)
+    ap.add_argument("--sets", default=None, help="comma-separated (default: all ten)")
     ap.add_argument("--laws", default="climb,msl,dml,isolated")
     ap.add_argument("--nuts", action="store_true", help="also fit by NUTS and compare")
     args = ap.parse_args(argv)
@@ -76,15 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         print("laplace-check benchmark skipped: ../shared/data not found")
         return 0
     climb_bayes.setup_jax()
-    from real_data import LARGER_SCALE, extrapolation_splits, larger_scale_splits
+    from real_data import pipeline_options, pipeline_splits
 
     from climb_bayes.inference.convergence import law_problems
-    from climb_bayes.laws import FitOptions, parse_laws
+    from climb_bayes.laws import parse_laws
 
-    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    sizes = tuple(sorted({s.split("-")[1] for s in sets if s not in LARGER_SCALE}))
-    splits = extrapolation_splits(Path(data), sizes) + larger_scale_splits(Path(data), tuple(sets))
-    options = FitOptions(n_starts=2, seed=0, max_iter=1000, chains=2, warmup=500, samples=1000)
+    sets = None if args.sets is None else tuple(s.strip() for s in args.sets.split(","))
+    options = pipeline_options()
     head = (
         "| set | law | Laplace Pareto k (max) | Laplace 90% half-width | stray draws | "
         "Laplace MRE |"
@@ -95,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         rule += "---|---|---|---|"
     lines = [head, rule]
     t_all = time.perf_counter()
-    for name, obs, fit_sel, test_sel in splits:
-        if name not in sets:
-            continue
+    for name, obs, fit_sel, test_sel in pipeline_splits(Path(data), sets):
         train = obs.select(fit_sel & ~obs.zero_share)
         test = obs.select(test_sel & ~obs.zero_share)
         for law in parse_laws(args.laws):
@@ -105,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             fit = law.fit(train, "laplace", options)
             k, k_max = fit.info["pareto_k"], fit.info["pareto_k_max"]
-            width, stray, mre = _at_target(fit, law.usable(test))
+            usable = law.usable(test)
+            width, stray, mre = _at_target(fit, usable)
             flag = " unreliable" if k > k_max else ""
             row = (
                 f"| {name} | {law.name} | {k:.2f} ({k_max:.2f}){flag} | {width:.4f} | "
@@ -113,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.nuts:
                 nuts = law.fit(train, "nuts", options)
-                n_width, n_stray, n_mre = _at_target(nuts, law.usable(test))
+                n_width, n_stray, n_mre = _at_target(nuts, usable)
                 checks = "; ".join(law_problems(nuts.info)) or "ok"
                 row += f" {n_width:.4f} | {n_stray:.1%} | {n_mre:.2%} | {checks} |"
             lines.append(row)

@@ -200,8 +200,38 @@ def score_pipeline(train, test, ens: EnsembleOptions, log=_log, seed: int = 0):
     and ``ens``, PRNG ``seed``) and scored on ``test``: :func:`evaluate_extrapolation`'s
     result."""
     laws = parse_laws("climb,msl,dml,isolated")
-    options = FitOptions(n_starts=2, seed=seed, max_iter=1000, chains=2, warmup=500, samples=1000)
-    return evaluate_extrapolation(train, test, laws, options, ens, log=log)
+    return evaluate_extrapolation(train, test, laws, pipeline_options(seed), ens, log=log)
+
+
+def pipeline_options(seed: int = 0) -> FitOptions:
+    """The pipeline's fit settings: 2 starts, 1000 optimizer iterations, NUTS 2 chains x
+    (500 warm-up + 500 draws) (Laplace fits take ``samples`` draws), PRNG ``seed``."""
+    return FitOptions(n_starts=2, seed=seed, max_iter=1000, chains=2, warmup=500, samples=1000)
+
+
+PIPELINE_SIZES = ("70M", "160M", "305M", "410M")
+"""Model sizes of the pipeline's 5Mix and RedPajama extrapolation sets."""
+
+
+def pipeline_splits(
+    data: Path, sets: tuple[str, ...] | None = None, quick: bool = False
+) -> list[tuple]:
+    """``(name, observations, fit mask, held-out mask)`` of the pipeline's sets: ``sets`` only
+    (an unknown name exits naming the known ones), else all ten (``quick``: 70M and 410M, no
+    larger-scale sets)."""
+    if sets is None:
+        sizes = ("70M", "410M") if quick else PIPELINE_SIZES
+    else:
+        known = [f"{kind}-{size}" for kind in ("5mix", "rp") for size in PIPELINE_SIZES]
+        known += list(LARGER_SCALE)
+        unknown = [s for s in sets if s not in known]
+        if unknown:
+            raise SystemExit(f"--sets: unknown set {', '.join(unknown)}; known: {', '.join(known)}")
+        sizes = tuple(size for size in PIPELINE_SIZES if any(s.endswith(f"-{size}") for s in sets))
+    splits = [s for s in extrapolation_splits(data, sizes) if sets is None or s[0] in sets]
+    if not quick or sets is not None:
+        splits += larger_scale_splits(data, sets)
+    return splits
 
 
 def run_pipeline(
@@ -217,19 +247,7 @@ def run_pipeline(
     (``sets``: only these; ``lfo``: how the inner leave-future-out folds are refitted)."""
     sections = []
     ens = EnsembleOptions(method=method, lfo=lfo, correlate=correlate)
-    all_sizes = ("70M", "160M", "305M", "410M")
-    if sets is None:
-        sizes = ("70M", "410M") if quick else all_sizes
-    else:
-        known = [f"{kind}-{size}" for kind in ("5mix", "rp") for size in all_sizes]
-        known += list(LARGER_SCALE)
-        unknown = [s for s in sets if s not in known]
-        if unknown:
-            raise SystemExit(f"--sets: unknown set {', '.join(unknown)}; known: {', '.join(known)}")
-        sizes = tuple(size for size in all_sizes if any(s.endswith(f"-{size}") for s in sets))
-    splits = [s for s in extrapolation_splits(data, sizes) if sets is None or s[0] in sets]
-    if not quick or sets is not None:
-        splits += larger_scale_splits(data, sets)
+    splits = pipeline_splits(data, sets, quick)
     summary = [
         "| set | cov50 [calibrated] | cov90 [calibrated] | MRE (x best single law) | "
         "CRPS (best single law) |",
