@@ -47,7 +47,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import xarray as xr
 
 from climb_bayes.errors import ClimbError
@@ -302,8 +301,9 @@ def _refit_group(
     drop_budget_above: float | None = None,
 ) -> list[dict[str, Any]]:
     import scipy.optimize
-    from jax.flatten_util import ravel_pytree
-    from numpyro.infer.util import constrain_fn, initialize_model
+    from numpyro.infer.util import constrain_fn
+
+    from climb_bayes.inference.laplace import flat_model
 
     release_compiled_programs()  # a group compiles its own programs: runtime's guard
     runs = fit.runs
@@ -311,14 +311,9 @@ def _refit_group(
     init = {k: jnp.asarray(np.median(v, axis=0)) for k, v in _latent_draws(fit).items()}
     if priors.hierarchical_transfer != fit.priors.hierarchical_transfer:
         raise ClimbError("robustness refits keep the fit's hierarchical_transfer setting.")
-    info = initialize_model(
-        jax.random.PRNGKey(0),
-        climb_model,
-        model_args=(data, priors),
-        init_strategy=numpyro.infer.init_to_value(values=init),
-    )
-    u0 = info.param_info.z
-    flat0, unravel = ravel_pytree(u0)
+    # the set-up without NumPyro's op-by-op check of the start's gradient (flat_model says
+    # what that costs); L-BFGS evaluates the compiled gradient at once anyway
+    info, flat0, unravel, _ = flat_model(climb_model, (data, priors), init, jax.random.PRNGKey(0))
     potential = info.potential_fn
 
     ones = jnp.ones(runs.n_obs)
@@ -332,8 +327,6 @@ def _refit_group(
         return potential(u) + loglik(u, ones) - loglik(u, w)
 
     vg = jax.jit(jax.value_and_grad(objective))
-
-    hess = jax.jit(jax.hessian(objective))
 
     @jax.jit
     def _constrained_batch(xs: jax.Array) -> tuple[jax.Array, ...]:
@@ -356,46 +349,105 @@ def _refit_group(
             method="L-BFGS-B",
             options={"maxiter": 3000},
         )
-        law = to_laws(np.asarray(res.x)[None])
-        lo_hi = _laplace_intervals(res.x, hess(jnp.asarray(res.x), w), to_laws, budget)
+        hess = gradient_difference_hessian(lambda x, w=w: vg(jnp.asarray(x), w)[1], res.x)
+        # the mode and its Laplace draws in one batch: one compiled r* solve per shape
+        xs = np.concatenate([np.asarray(res.x)[None], _laplace_draws(res.x, hess)])
+        laws = to_laws(xs)
+        r, loss = _rstar(laws, budget), _extrap_loss(laws, budget)
         results.append(
             {
-                "rstar": _rstar(law, budget)[0].tolist(),
-                "loss": _extrap_loss(law, budget)[0].tolist(),
+                "rstar": r[0].tolist(),
+                "loss": loss[0].tolist(),
                 "converged": bool(res.success),
                 "objective": float(res.fun),
-                **lo_hi,
+                **_intervals_90(r[1:], loss[1:]),
             }
         )
     return results
+
+
+HESSIAN_STEP = 1e-6
+"""Step (unconstrained units) of the central differences of the gradient that give a refit's
+Hessian (:func:`gradient_difference_hessian`)."""
+
+
+def gradient_difference_hessian(
+    grad: Callable[[np.ndarray], jax.Array], x: np.ndarray, step: float = HESSIAN_STEP
+) -> np.ndarray:
+    """Symmetric Hessian at ``x`` from central differences of a compiled gradient.
+
+    ``H[:, j] = (g(x + h e_j) - g(x - h e_j)) / 2h``, symmetrised. Why not ``jax.hessian``: a
+    refit group's objective closes over its priors, so every group compiled its own Hessian
+    program, 3.0-6.5 s each on the 2-core Intel Xeon against 0.5-3 s for its value-and-gradient
+    (``JAX_LOG_COMPILES``, the prior study of tests/evaluation/test_robustness.py), to be
+    evaluated once or a few times; the ``2 n`` calls of the gradient L-BFGS has already
+    compiled cost milliseconds. On the 3-language simulated fit of the tests (33 parameters,
+    eigenvalues 1.06 to 8.1e5) the largest difference from ``jax.hessian`` at the mode was
+    1.6e-3 (2e-9 of the largest eigenvalue) with ``h = 1e-6``; it falls as ``h^2`` down to
+    there (1.6e-1 at 1e-5, 16 at 1e-4) and rounding takes over below (4.4e-4 at 1e-7).
+
+    Parameters
+    ----------
+    grad : callable
+        ``x -> gradient`` at a flat unconstrained point, shape ``(n,)``.
+    x : numpy.ndarray
+        ``(n,)`` point, e.g. a refit's mode.
+    step : float
+        Difference step ``h`` in the units of ``x``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n, n)`` symmetric Hessian.
+
+    References
+    ----------
+    .. [1] Nocedal & Wright (2006), *Numerical Optimization*, 2nd ed., Sec. 8.1 (approximating
+       the Hessian by differences of gradients).
+    """
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    h = np.empty((n, n))
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = step
+        up, down = jax.device_get((grad(x + e), grad(x - e)))
+        h[:, j] = (np.asarray(up, dtype=float) - np.asarray(down, dtype=float)) / (2 * step)
+    return 0.5 * (h + h.T)
 
 
 LAPLACE_DRAWS = 200
 """Draws from the Laplace approximation at each refit's mode (for the 90% intervals)."""
 
 
-def _laplace_intervals(
-    x: np.ndarray, hessian: jax.Array, to_laws: Callable, budget: float
-) -> dict[str, list[list[float]]]:
-    """90% intervals of r* and of the extrapolated loss under the Laplace approximation
-    ``N(x, H^-1)`` at a refit's posterior mode (unconstrained coordinates).
+def _laplace_draws(x: np.ndarray, hessian: np.ndarray) -> np.ndarray:
+    """:data:`LAPLACE_DRAWS` draws of the Laplace approximation ``N(x, H^-1)`` at a refit's
+    posterior mode (unconstrained coordinates; fixed seed).
 
     Eigenvalues of ``H`` are floored at ``1e-8`` of the largest, so a direction the data and
-    priors barely pin down gives a wide (not an infinite) interval.
+    priors barely pin down gives a wide (not an infinite) interval. The draws are ``x + L^-T z``
+    with ``L L^T`` the floored Hessian: unlike scaling ``z`` along eigenvectors (which rotate
+    freely between near-equal eigenvalues) they are continuous in ``H``, so the intervals do not
+    jump with a Hessian's last digits.
 
     References
     ----------
     .. [1] Gelman et al. (2013), *Bayesian Data Analysis*, 3rd ed., Sec. 4.1 (normal
        approximation at the posterior mode).
     """
+    import scipy.linalg
+
     h = np.asarray(hessian, dtype=float)
     evals, evecs = np.linalg.eigh(0.5 * (h + h.T))
     evals = np.maximum(evals, max(float(evals.max()), 1e-12) * 1e-8)
+    chol = np.linalg.cholesky((evecs * evals) @ evecs.T)
     z = np.random.default_rng(0).standard_normal((LAPLACE_DRAWS, x.size))
-    draws = np.asarray(x)[None] + (z / np.sqrt(evals)) @ evecs.T
-    laws = to_laws(draws)
-    r = _rstar(laws, budget)
-    loss = _extrap_loss(laws, budget)
+    return np.asarray(x)[None] + scipy.linalg.solve_triangular(chol, z.T, trans="T", lower=True).T
+
+
+def _intervals_90(r: np.ndarray, loss: np.ndarray) -> dict[str, list[list[float]]]:
+    """90% intervals of r* and of the extrapolated loss over the finite Laplace draws (none
+    when fewer than half of them are finite)."""
     ok = np.isfinite(r).all(axis=1) & np.isfinite(loss).all(axis=1)
     if ok.sum() < LAPLACE_DRAWS // 2:
         return {}

@@ -48,6 +48,7 @@ from climb_bayes.inference.point_fit import jitted_derivatives, multistart_lbfgs
 
 __all__ = [
     "SEARCH_ITERATIONS",
+    "flat_model",
     "LAPLACE_SEARCHES",
     "LaplaceResult",
     "laplace_modes",
@@ -131,12 +132,31 @@ def laplace_modes(res: LaplaceResult) -> str:
     )
 
 
-def _flat_model(
+def flat_model(
     model: Callable[..., None], model_args: tuple, init_values: dict[str, Any], key: jax.Array
 ) -> tuple[Any, jax.Array, Callable, Callable[[jax.Array], jax.Array]]:
     """NumPyro's set-up of ``model`` (:func:`numpyro.infer.util.initialize_model`, started at
     ``init_values``), its unconstrained point as a flat vector, the unravel map and the
-    potential energy of a flat vector."""
+    potential energy of a flat vector.
+
+    Parameters
+    ----------
+    model : callable
+        NumPyro model.
+    model_args : tuple
+        Its positional arguments.
+    init_values : dict
+        Constrained values of the latent sites, the start.
+    key : jax.Array
+        PRNG key of the set-up.
+
+    Returns
+    -------
+    tuple
+        ``(info, z0, unravel, potential)``: NumPyro's ``ModelInfo``, the start as a flat
+        unconstrained vector, the map from such a vector to the sites' dict, and the potential
+        energy (negative log density, unconstrained) of a flat vector.
+    """
     from numpyro.infer import init_to_value
     from numpyro.infer.util import initialize_model
 
@@ -234,7 +254,7 @@ def laplace_posterior(
        approximations weighted by importance).
     """
     k_init, k_draw, k_pick = jax.random.split(key, 3)
-    info, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
+    info, z0, unravel, potential = flat_model(model, model_args, init_values, k_init)
     x0 = np.asarray(z0)[None]
     if starts is not None:
         x0 = np.concatenate([x0, _ravel_starts(starts, z0.size)])
@@ -519,7 +539,7 @@ def mode_starts(
     """
     chains = next(iter(starts.values())).shape[0]
     k_init, k_draw = jax.random.split(key)
-    _, z0, unravel, potential = _flat_model(model, model_args, init_values, k_init)
+    _, z0, unravel, potential = flat_model(model, model_args, init_values, k_init)
     x0 = _ravel_starts(starts, z0.size)  # already unconstrained
 
     _, polished = _mode_searches(potential, x0, max_iter, polish)
