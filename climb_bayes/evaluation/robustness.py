@@ -390,7 +390,7 @@ def gradient_difference_hessian(
 
     ``H[:, j] = (g(x + h e_j) - g(x - h e_j)) / 2h``, symmetrised. Why not ``jax.hessian``: a
     refit group's objective closes over its priors, so every group compiled its own Hessian
-    program, 3.0-6.5 s each on the 2-core Intel Xeon against 0.5-3 s for its value-and-gradient
+    program, 3.0-6.5 s each on a 2-core AMD EPYC machine against 0.5-3 s for its value-and-gradient
     (``JAX_LOG_COMPILES``, the prior study of tests/evaluation/test_robustness.py), to be
     evaluated once or a few times; the ``2 n`` calls of the gradient L-BFGS has already
     compiled cost milliseconds. On the 3-language simulated fit of the tests (33 parameters,
