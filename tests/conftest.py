@@ -89,21 +89,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 SLOWEST_FILES = (
     "evaluation/test_robustness.py",
     "inference/test_ensemble.py",
-    "inference/test_fit.py",
-    "cli/test_fitfile_cli.py",
     "training/test_training.py",
-    "inference/test_lfo.py",
     "model/test_discrepancy.py",
+    "cli/test_fitfile_cli.py",
+    "inference/test_fit.py",
+    "inference/test_lfo.py",
     "cli/test_cli_gates.py",
-    "evaluation/test_lfo_evaluate.py",
-    "decisions/test_optimize.py",
-    "laws/test_laws.py",
     "test_api.py",
+    "evaluation/test_lfo_evaluate.py",
+    "laws/test_laws.py",
+    "inference/test_nuts_blocks.py",
+    "evaluation/test_recovery.py",
+    "decisions/test_optimize.py",
 )
 """Test files by measured time, slowest first (relative to tests/; per-file sums of
-``pytest --durations=60`` at 97a1459 on the 2-core Intel Xeon, 2026-12-03: 545, 508, 421, 359,
-286, 211, 186, 181, 171, 135, 134 and 111 s of the 4,870 worker-seconds; test_fit's control fit
-has since been shortened by ~80 s)."""
+``pytest --durations=80 --durations-min=2`` at 921d639 on a 2-core AMD EPYC machine,
+2026-12-04, 541 passed in 1,187 s: 276, 246, 239, 188, 185, 168, 125, 110, 71, 66, 55, 43, 42
+and 38 s of the 2,086 listed worker-seconds)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
