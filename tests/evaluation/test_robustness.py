@@ -203,8 +203,9 @@ def test_gradient_difference_hessian_matches_jax_hessian_at_a_refit_mode(map_fit
     import jax.numpy as jnp
     import scipy.optimize
 
-    from climb_bayes.evaluation.robustness import _latent_draws, gradient_difference_hessian
+    from climb_bayes.evaluation.robustness import _latent_draws
     from climb_bayes.inference.laplace import flat_model
+    from climb_bayes.inference.point_fit import gradient_difference_hessian
     from climb_bayes.model.climb_model import climb_model, model_data
 
     fit = map_fit3
