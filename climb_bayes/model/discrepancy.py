@@ -552,7 +552,7 @@ def _factor_groups(block: np.ndarray, factor: np.ndarray, n_blocks: int) -> tupl
     col_label = label[n_blocks:]
     groups = list(dict.fromkeys(col_label.tolist())) or [-1]
     columns = [np.flatnonzero(col_label == g) for g in groups]
-    width = max(1, max(c.size for c in columns))
+    width = max(c.size for c in columns)
     index = np.full((len(groups), width), -1)
     for g, c in enumerate(columns):
         index[g, : c.size] = c
@@ -690,9 +690,11 @@ def _calibration_sampler(m: int, n_blocks: int, samples_per_chain: int, by_cell:
     chains run in parallel where there is a host device per chain (as every NUTS fit here):
     the four laws of the default fit in 4.1 s instead of 7.4 s sequentially, with the compile
     cache of earlier fits (2-core machine; the first compilation of the parallel program takes
-    ~10 s longer). ``by_cell``: the likelihood of :func:`_cell_log_density` (residuals with
-    their mixtures, and the fold fits' parameter-error factor where given) from its
-    :func:`_cell_statistics`, else :func:`_block_log_density`."""
+    ~10 s longer; measured 2026-11-26). With the cells' likelihood and the fold factor (both
+    added later) the four calibrations took 29.6 s on a 2-core AMD EPYC machine, 9.2 s since
+    :func:`_statistics_log_density` (2026-12-04, warm cache). ``by_cell``: the likelihood of
+    :func:`_cell_log_density` (residuals with their mixtures, and the fold fits' parameter-error
+    factor where given) from its :func:`_cell_statistics`, else :func:`_block_log_density`."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS
