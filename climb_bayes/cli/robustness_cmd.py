@@ -81,7 +81,8 @@ def _parse_studies(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     type=click.IntRange(1),
     default=1,
     show_default=True,
-    help="Worker processes for the refits (one per group of refits) and SBC replications.",
+    help="Worker processes for the refits (a group of many refits is split across them) and "
+    "SBC replications.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap and SBC seed.")
 @click.option(

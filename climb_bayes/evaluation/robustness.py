@@ -649,6 +649,33 @@ def _refit_groups(
     return groups, extra
 
 
+def _worker_chunks(sizes: Sequence[int], workers: int) -> list[list[list[int]]]:
+    """Per group, the variant indices of each worker task: a group of more than
+    ``ceil(total / workers)`` refits is split into tasks of about that many, and every task after
+    a group's first repeats its variant 0 (the all-data refit), whose mode
+    :func:`_refit_group` uses as a second start of the group's other refits, so a split group
+    gives the refits of an unsplit one. Measured on the default fit (`climb-bayes robustness
+    --workers 2`, all studies): the base group of 24 refits held one worker for ~75 s while the
+    other finished the remaining groups in ~10 s."""
+    target = max(1, -(-sum(sizes) // workers))
+    plan = []
+    for n in sizes:
+        k = max(1, -(-n // target))
+        bounds = np.linspace(0, n, k + 1).round().astype(int)
+        chunks = [list(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        plan.append([chunks[0]] + [[0, *c] for c in chunks[1:]])
+    return plan
+
+
+def _join_chunks(parts: list[list[Any]]) -> list[Any]:
+    """A group's refit results in variant order from its tasks' (:func:`_worker_chunks`),
+    dropping the repeated variant 0 of every task after the first."""
+    out = list(parts[0])
+    for part in parts[1:]:
+        out.extend(part[1:])
+    return out
+
+
 def _run_refits(
     fit: Fit,
     groups: list[RefitGroup],
@@ -687,21 +714,26 @@ def _run_refits(
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
+        plan = _worker_chunks([len(g.variants) for g in groups], workers)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futs = {
-                g.name: pool.submit(
-                    _refit_worker,
-                    {
-                        "fit_path": str(fit_path),
-                        "priors": g.priors,
-                        "weights": weights(g),
-                        "budget": budget,
-                    },
-                )
-                for g in groups
-            }
-            for done, g in enumerate(groups, 1):
-                results[g.name] = futs[g.name].result()
+            futs = [
+                [
+                    pool.submit(
+                        _refit_worker,
+                        {
+                            "fit_path": str(fit_path),
+                            "priors": g.priors,
+                            "weights": [weights(g)[i] for i in chunk],
+                            "budget": budget,
+                        },
+                    )
+                    for chunk in plan[j]
+                ]
+                for j, g in enumerate(groups)
+            ]
+            for done, (g, fs) in enumerate(zip(groups, futs, strict=True), 1):
+                parts = [f.result() for f in fs]
+                results[g.name] = _join_chunks(parts)
                 log(done_line(done, g))
     else:
         for done, g in enumerate(groups, 1):

@@ -13,6 +13,8 @@ from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
 from climb_bayes.evaluation.robustness import (
     PARETO_K_MAX,
+    _join_chunks,
+    _worker_chunks,
     log_prior_tree,
     mode_refit,
     prior_sensitivity,
@@ -228,3 +230,18 @@ def test_gradient_difference_hessian_matches_jax_hessian_at_a_refit_mode(map_fit
     smallest = np.linalg.eigvalsh(exact).min()
     assert smallest > 0  # a mode: every eigenvalue matters, the smallest included
     assert np.abs(np.linalg.eigvalsh(approx) - np.linalg.eigvalsh(exact)).max() < 0.01 * smallest
+
+
+def test_worker_tasks_split_a_large_group_and_rejoin_it_in_order():
+    """`--workers`: the base group (all data first, then many variants) is split into tasks
+    that each repeat the all-data refit (its mode is the group's second start), and the
+    results rejoin in variant order with the repeats dropped; small groups stay whole."""
+    plan = _worker_chunks([24, 1, 1, 1, 1, 1, 1], 2)
+    assert [len(p) for p in plan] == [2, 1, 1, 1, 1, 1, 1]
+    first, second = plan[0]
+    assert first[0] == 0 and second[0] == 0  # every task refits all data first
+    assert sorted(set(first) | set(second)) == list(range(24))
+    assert abs(len(first) - len(second)) <= 1
+    parts = [[f"refit {i}" for i in chunk] for chunk in plan[0]]
+    assert _join_chunks(parts) == [f"refit {i}" for i in range(24)]
+    assert _worker_chunks([5, 5], 1) == [[[0, 1, 2, 3, 4]], [[0, 1, 2, 3, 4]]]  # one worker
