@@ -88,24 +88,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 SLOWEST_FILES = (
     "evaluation/test_robustness.py",
-    "inference/test_ensemble.py",
     "training/test_training.py",
-    "model/test_discrepancy.py",
+    "inference/test_ensemble.py",
     "cli/test_fitfile_cli.py",
+    "model/test_discrepancy.py",
     "inference/test_fit.py",
     "inference/test_lfo.py",
     "cli/test_cli_gates.py",
     "test_api.py",
-    "evaluation/test_lfo_evaluate.py",
+    "decisions/test_plan_suggest.py",
     "laws/test_laws.py",
     "inference/test_nuts_blocks.py",
     "evaluation/test_recovery.py",
+    "evaluation/test_lfo_evaluate.py",
     "decisions/test_optimize.py",
 )
 """Test files by measured time, slowest first (relative to tests/; per-file sums of
-``pytest --durations=80 --durations-min=2`` at 921d639 on a 2-core AMD EPYC machine,
-2026-12-04, 541 passed in 1,187 s: 276, 246, 239, 188, 185, 168, 125, 110, 71, 66, 55, 43, 42
-and 38 s of the 2,086 listed worker-seconds)."""
+``pytest --durations=80 --durations-min=2`` at a182d3f on a 2-core AMD EPYC machine,
+2026-12-04, 542 passed in 1,047 s: 227, 212, 194, 168, 168, 140, 84, 71, 70, 55, 49, 47, 42,
+41 and 40 s of the 1,817 listed worker-seconds)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
