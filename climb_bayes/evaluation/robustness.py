@@ -716,21 +716,23 @@ def _run_refits(
         ctx = multiprocessing.get_context("spawn")
         plan = _worker_chunks([len(g.variants) for g in groups], workers)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futs = [
-                [
-                    pool.submit(
-                        _refit_worker,
-                        {
-                            "fit_path": str(fit_path),
-                            "priors": g.priors,
-                            "weights": [weights(g)[i] for i in chunk],
-                            "budget": budget,
-                        },
-                    )
-                    for chunk in plan[j]
-                ]
-                for j, g in enumerate(groups)
-            ]
+            futs = []
+            for g, chunks in zip(groups, plan, strict=True):
+                w = weights(g)  # once per group, not once per variant of each task
+                futs.append(
+                    [
+                        pool.submit(
+                            _refit_worker,
+                            {
+                                "fit_path": str(fit_path),
+                                "priors": g.priors,
+                                "weights": [w[i] for i in chunk],
+                                "budget": budget,
+                            },
+                        )
+                        for chunk in chunks
+                    ]
+                )
             for done, (g, fs) in enumerate(zip(groups, futs, strict=True), 1):
                 parts = [f.result() for f in fs]
                 results[g.name] = _join_chunks(parts)
