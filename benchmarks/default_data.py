@@ -15,9 +15,9 @@ holdout
     fails the convergence gate says ``(flagged)`` and the problems follow the table. Targets:
     CLIMB NUTS MRE <= 3% and R² >= 0.5 for every language.
 holdout, shipped predictive
-    The same split for what ``climb-bayes fit`` ships: every law with its learned
-    discrepancy, and the stacked predictive (Python API; the command line scores the laws
-    one by one). Target of issue 13: 50% intervals cover 40-60%, 90% intervals 80-97%.
+    The same split for what ``climb-bayes fit`` ships (``--shipped``): every law with its
+    learned discrepancy, and the stacked predictive. Target of issue 13: 50% intervals cover
+    40-60%, 90% intervals 80-97%.
 lfo
     Leave-future-out on the Algorithm-1 runs only (``--lfo --exclude 'run_id~holdout'``): fit
     the smaller budgets, predict the larger; every law and the stacked predictive (Laplace).
@@ -58,59 +58,30 @@ def _evaluate(args: list[str]) -> tuple[dict, float]:
         return json.loads(out.read_text()), time.perf_counter() - t0
 
 
-def _shipped_on_holdouts(path: str, args: argparse.Namespace, verdict: list[str]) -> list[str]:
+def _shipped_on_holdouts(
+    path: str, sampler: list[str], verdict: list[str], flagged: list[str]
+) -> list[str]:
     """Rows of the shipped predictive (every law as ``climb-bayes fit`` fits it, inner-fold
-    discrepancies, stacking) fitted on the Algorithm-1 runs and scored on the holdouts. The
-    command line has no holdout mode for the stack, so this calls
-    :func:`climb_bayes.evaluation.lfo_evaluate.evaluate_extrapolation` as
-    ``benchmarks/real_data.py`` does."""
-
-    from climb_bayes.data.holdout import exclude_mask
-    from climb_bayes.data.observations import Observations
-    from climb_bayes.data.runs import read_runs
-    from climb_bayes.evaluation.lfo_evaluate import STACKED, evaluate_extrapolation
-    from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
-    from climb_bayes.inference.ensemble import EnsembleOptions
-    from climb_bayes.laws.base import FitOptions
-    from climb_bayes.laws.registry import parse_laws
-    from climb_bayes.model.observation import identifiable_noise
-    from climb_bayes.model.priors import Priors
-
-    runs = read_runs(path)
-    obs = Observations.from_runs(runs)
-    held = exclude_mask(runs, HOLDOUT)[obs.run]  # the --holdout of the rows above
-    options = FitOptions(
-        n_starts=8,
-        seed=0,
-        chains=args.chains,
-        warmup=500,
-        samples=args.samples,
-        target_accept=args.target_accept,
-        priors=identifiable_noise(Priors(), runs.obs_group, lambda _m: None),
-    )
-    ens = EnsembleOptions(method="nuts", nuts_min_weight=MIN_STACK_WEIGHT)
-    t0 = time.perf_counter()
-    with contextlib.redirect_stderr(io.StringIO()):
-        res = evaluate_extrapolation(
-            obs.select(~held), obs.select(held), parse_laws("climb,msl,dml,isolated"), options, ens
-        )
-    secs = time.perf_counter() - t0
-    weights = ", ".join(f"{k} {w:.2f}" for k, w in res.folds[0]["weights"].items())
+    discrepancies, stacking) fitted on the Algorithm-1 runs and scored on the holdouts:
+    ``climb-bayes evaluate --holdout 'run_id~holdout' --shipped --method nuts``."""
+    res, secs = _evaluate([path, "--holdout", HOLDOUT, "--shipped", "--method", "nuts", *sampler])
+    weights = ", ".join(f"{k} {w:.2f}" for k, w in res["folds"][0]["weights"].items())
     out = []
-    for row in res.rows:
-        if row.ratio_bin != "all":
+    for row in res["rows"]:
+        if row["ratio_bin"] != "all":
             continue
-        m, cov = row.metrics, row.metrics["coverage"]
+        cov = row["coverage"]
         out.append(
-            f"| holdout, shipped predictive ({weights}) | {row.law} | nuts + discrepancy "
-            f"| {m['n']} | {m['mre']:.2%} | mean {m['r2_group_mean']:.2f} | {m['r2_pooled']:.2f} "
-            f"| {cov['0.5']:.2f} | {cov['0.9']:.2f} | {secs:.0f} |"
+            f"| holdout, shipped predictive ({weights}) | {row['predictive']} | nuts + "
+            f"discrepancy | {row['n']} | {row['mre']:.2%} | mean {row['r2_group_mean']:.2f} "
+            f"| {row['r2_pooled']:.2f} | {cov['0.5']:.2f} | {cov['0.9']:.2f} | {secs:.0f} |"
         )
-        if row.law == STACKED:
+        if row["predictive"] == "stacked":
             verdict.append(
                 f"shipped predictive on the holdouts: cov50 {cov['0.5']:.2f}, cov90 "
-                f"{cov['0.9']:.2f} (issue 13: 0.40-0.60, 0.80-0.97), CRPS {m['crps']:.4f}"
+                f"{cov['0.9']:.2f} (issue 13: 0.40-0.60, 0.80-0.97), CRPS {row['crps']:.4f}"
             )
+    flagged += [f"shipped predictive: {w.removeprefix('WARNING: ')}" for w in res["warnings"]]
     return out
 
 
@@ -164,7 +135,7 @@ def main() -> int:
                     f"min R² per language {min(m['r2_group']):.2f} "
                     f"({'meets' if min(m['r2_group']) >= TARGET_R2 else 'misses'} >= {TARGET_R2})"
                 )
-    lines += _shipped_on_holdouts(path, args, verdict)
+    lines += _shipped_on_holdouts(path, sampler, verdict, flagged)
     res, secs = _evaluate([path, "--lfo", "--exclude", "run_id~holdout", "--method", "laplace"])
     cuts = ", ".join(format(f["cut"], ".3g") for f in res["folds"])
     for row in res["rows"]:

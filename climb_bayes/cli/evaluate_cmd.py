@@ -62,6 +62,16 @@ def _echo(msg: str) -> None:
     "score the larger ones; prints coverage, CRPS and MRE per extrapolation ratio.",
 )
 @click.option(
+    "--shipped",
+    "shipped",
+    is_flag=True,
+    help="Score what `climb-bayes fit` ships on the held-out runs of --holdout, "
+    "--holdout-runs or --holdout-mixtures: the whole pipeline (every law, its inner-LFO "
+    "discrepancy, the stacking weights) fitted on the other runs, each law with its "
+    "discrepancy and the stacked predictive scored per extrapolation ratio, as --lfo does. "
+    "Without it each law's bare posterior (or MAP plug-in) is scored.",
+)
+@click.option(
     "--lfo-folds",
     type=int,
     default=3,
@@ -73,8 +83,8 @@ def _echo(msg: str) -> None:
     type=click.Choice(["laplace", "nuts", "map", "none"]),
     default="laplace",
     show_default=True,
-    help="Inner leave-future-out refits of --lfo that calibrate each law's discrepancy "
-    "(as `fit --lfo`).",
+    help="Inner leave-future-out refits of --lfo and --shipped that calibrate each law's "
+    "discrepancy (as `fit --lfo`).",
 )
 @click.option(
     "--laws",
@@ -100,21 +110,28 @@ def _echo(msg: str) -> None:
     help="Seed of --holdout-mixtures, the fit starts and NUTS.",
 )
 @click.option("--n-starts", type=int, default=8, show_default=True, help="L-BFGS starts (MAP).")
-@click.option("--chains", type=int, default=2, show_default=True, help="NUTS chains.")
-@click.option("--warmup", type=int, default=500, show_default=True, help="NUTS warm-up steps.")
+@click.option(
+    "--chains",
+    type=int,
+    default=None,
+    help="NUTS chains [default: 2; 4 with --lfo or --shipped, as `fit`].",
+)
+@click.option(
+    "--warmup", type=int, default=500, show_default=True, help="NUTS warm-up iterations per chain."
+)
 @click.option(
     "--samples",
     type=int,
-    default=1000,
-    show_default=True,
-    help="NUTS draws kept (total over chains).",
+    default=None,
+    help="NUTS draws kept, total over chains [default: 1000; 4000 with --lfo or --shipped, "
+    "as `fit`].",
 )
 @click.option(
     "--target-accept",
     type=float,
-    default=0.95,
-    show_default=True,
-    help="NUTS target acceptance (raise it when a fit reports divergences).",
+    default=None,
+    help="NUTS target acceptance; raise it when a fit reports divergences [default: 0.95; "
+    "0.98 with --lfo or --shipped, as `fit`].",
 )
 @click.option(
     "--priors",
@@ -139,6 +156,7 @@ def evaluate(
     holdout_mixtures: int | None,
     exclude_expr: str | None,
     lfo: bool,
+    shipped: bool,
     lfo_folds: int,
     inner_lfo: str,
     laws_spec: str,
@@ -146,10 +164,10 @@ def evaluate(
     families_file: str,
     seed: int,
     n_starts: int,
-    chains: int,
+    chains: int | None,
     warmup: int,
-    samples: int,
-    target_accept: float,
+    samples: int | None,
+    target_accept: float | None,
     priors_file: Path | None,
     tail_start: float,
     tail_average: int | None,
@@ -164,7 +182,9 @@ def evaluate(
 
     Every law is fitted on the runs that are not held out. Give exactly one of --holdout,
     --holdout-runs, --holdout-mixtures and --lfo; --exclude drops runs from both sides first.
-    Groups may be languages or domains.
+    With --shipped (and always with --lfo) the scored predictive is the one `fit` ships: each
+    law with its extrapolation discrepancy, and the stacked laws. Groups may be languages or
+    domains.
     """
     import numpy as np
 
@@ -188,6 +208,15 @@ def evaluate(
         raise ClimbError(f"--n-starts must be >= 1, got {n_starts}.")
     if lfo and lfo_folds < 1:
         raise ClimbError(f"--lfo-folds must be >= 1, got {lfo_folds}.")
+    if shipped and lfo:
+        raise ClimbError(
+            "--lfo already scores what `fit` ships; --shipped goes with --holdout, "
+            "--holdout-runs or --holdout-mixtures."
+        )
+    pipeline = lfo or shipped  # the sampler of `fit` unless given
+    chains = chains if chains is not None else (4 if pipeline else 2)
+    samples = samples if samples is not None else (4000 if pipeline else 1000)
+    target_accept = target_accept if target_accept is not None else (0.98 if pipeline else 0.95)
     if method == "nuts" and (chains < 1 or samples < chains or warmup < 1):
         raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
     parse_laws(laws_spec)  # validates names before reading the data
@@ -249,6 +278,9 @@ def evaluate(
             f"({test_runs.n_excluded_zero_share} in held-out runs); CLIMB-family laws "
             "predict an unbounded loss there"
         )
+    if shipped:
+        _evaluate_shipped(obs, mask, runs, how, laws, options, method, inner_lfo, as_json, out)
+        return
     rows, _fits = run_evaluation(
         fit_obs, test_obs, laws, method=method, options=options, dataset=str(runs_file), log=_echo
     )
@@ -283,6 +315,15 @@ def evaluate(
     sys.stdout.flush()
 
 
+def _ensemble_options(method: str, inner_lfo: str) -> object:
+    """The ensemble settings of ``climb-bayes fit`` (a law whose stacking weight is below
+    :data:`~climb_bayes.inference.convergence.MIN_STACK_WEIGHT` is fitted by Laplace)."""
+    from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
+    from climb_bayes.inference.ensemble import EnsembleOptions
+
+    return EnsembleOptions(method=method, lfo=inner_lfo, nuts_min_weight=MIN_STACK_WEIGHT)
+
+
 def _evaluate_lfo(
     runs: object,
     laws: list,
@@ -295,8 +336,7 @@ def _evaluate_lfo(
 ) -> None:
     """``evaluate --lfo``: nested leave-future-out over the budgets of ``runs``."""
     from climb_bayes.data.observations import Observations
-    from climb_bayes.evaluation.lfo_evaluate import evaluate_lfo, format_lfo_table
-    from climb_bayes.inference.ensemble import EnsembleOptions
+    from climb_bayes.evaluation.lfo_evaluate import evaluate_lfo
 
     obs = Observations.from_runs(runs)
     _echo(
@@ -305,23 +345,64 @@ def _evaluate_lfo(
         f"discrepancy folds by {inner_lfo}"
     )
     result = evaluate_lfo(
-        obs,
+        obs, laws, options, _ensemble_options(method, inner_lfo), max_folds=lfo_folds, log=_echo
+    )
+    head = {"runs_file": str(runs.source), "method": method, "inner_lfo": inner_lfo}
+    _print_pipeline_result(result, head, as_json, out)
+
+
+def _evaluate_shipped(
+    obs: object,
+    mask: object,
+    runs: object,
+    how: str,
+    laws: list,
+    options: object,
+    method: str,
+    inner_lfo: str,
+    as_json: bool,
+    out: Path | None,
+) -> None:
+    """``evaluate --holdout ... --shipped``: the ``fit`` pipeline on the runs that are not held
+    out, scored on the held-out ones."""
+    from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation
+
+    _echo(
+        f"scoring what `fit` ships: every law by {method} with its discrepancy (inner folds by "
+        f"{inner_lfo}) and the stacked predictive"
+    )
+    result = evaluate_extrapolation(
+        obs.select_runs(~mask),
+        obs.select_runs(mask),
         laws,
         options,
-        EnsembleOptions(method=method, lfo=inner_lfo),
-        max_folds=lfo_folds,
+        _ensemble_options(method, inner_lfo),
         log=_echo,
     )
-    payload = {
+    head = {
         "runs_file": str(runs.source),
+        "holdout": how,
+        "held_out_runs": [r for r, m in zip(runs.run_ids, mask, strict=True) if m],
         "method": method,
         "inner_lfo": inner_lfo,
+    }
+    _print_pipeline_result(result, head, as_json, out)
+
+
+def _print_pipeline_result(result: object, head: dict, as_json: bool, out: Path | None) -> None:
+    """The table (or JSON) of a pipeline evaluation, the stacking weights of each outer fit and
+    a warning for every outer fit that did not pass its checks."""
+    from climb_bayes.evaluation.lfo_evaluate import fold_warnings, format_lfo_table
+
+    warnings = fold_warnings(result)
+    payload = head | {
         "folds": result.folds,
         "rows": [
             {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
             | {k: v for k, v in r.metrics.items() if k != "r2_group"}
             for r in result.rows
         ],
+        "warnings": warnings,
     }
     text = json.dumps(payload, indent=1, default=float)
     if out is not None:
@@ -329,5 +410,20 @@ def _evaluate_lfo(
 
         atomic_write_text(out, text + "\n")
         _echo(f"wrote {out}")
-    click.echo(text if as_json else format_lfo_table(result))
+    if as_json:
+        click.echo(text)
+    else:
+        click.echo(format_lfo_table(result))
+        for f, fold in enumerate(result.folds):
+            weights = ", ".join(
+                f"{k} {w:.2f}" for k, w in sorted(fold["weights"].items(), key=lambda kv: -kv[1])
+            )
+            label = (
+                f"outer fold {f + 1} (fit <= {fold['cut']:.3g})"
+                if len(result.folds) > 1
+                else (f"fit <= {fold['cut']:.3g}")
+            )
+            click.echo(f"stacking weights, {label}: {weights}")
+        for line in warnings:
+            click.echo(line)
     sys.stdout.flush()

@@ -33,6 +33,7 @@ import numpy as np
 from climb_bayes.data.observations import Observations
 from climb_bayes.errors import ClimbError
 from climb_bayes.evaluation.metrics import COVERAGE_LEVELS, score
+from climb_bayes.inference.convergence import MIN_STACK_WEIGHT, ConvergenceGate, law_problems
 from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
 from climb_bayes.inference.lfo import RATIO_BINS, check_no_leakage, lfo_folds, ratio_bin
 from climb_bayes.inference.predictive import predictive_samples
@@ -45,6 +46,7 @@ __all__ = [
     "evaluate_lfo",
     "evaluate_extrapolation",
     "format_lfo_table",
+    "fold_warnings",
     "STACKED",
     "STACKED_MIXTURE",
 ]
@@ -69,7 +71,7 @@ class LfoEvaluation(NamedTuple):
     """Result of :func:`evaluate_lfo`."""
 
     rows: list[LfoRow]
-    folds: list[dict[str, Any]]  # cut, levels, n_fit, n_test, weights, seconds
+    folds: list[dict[str, Any]]  # cut, levels, n_fit, n_test, weights, problems, seconds
 
 
 def _bin_label(j: int) -> str:
@@ -218,6 +220,7 @@ def _evaluate_splits(
                 )
         for name, s in preds.items():
             scored.setdefault(name, []).append((s, np.median(s, axis=0)))
+        problems = {name: law_problems(fit.info) for name, fit in ensemble.fits.items()}
         records.append(
             {
                 "cut": cut,
@@ -225,6 +228,10 @@ def _evaluate_splits(
                 "n_fit": train.n,
                 "n_test": test.n,
                 "weights": dict(ensemble.weights),
+                "problems": {k: [str(p) for p in v] for k, v in problems.items() if v},
+                "approximation_only": sorted(
+                    k for k, v in problems.items() if v and _approximation_only(v)
+                ),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
         )
@@ -249,6 +256,47 @@ def _evaluate_splits(
             )
             rows.append(LfoRow(name, "all" if j is None else _bin_label(j), int(sel.sum()), m))
     return LfoEvaluation(rows, records)
+
+
+def _approximation_only(problems: Sequence[str]) -> bool:
+    """Whether every problem is a Laplace approximation's Pareto k (the fit converged, its
+    Gaussian is far from the posterior), not a sampler or optimizer failure."""
+    return ConvergenceGate(tuple(problems)).kinds == {"approximation"}
+
+
+def fold_warnings(result: LfoEvaluation) -> list[str]:
+    """One ``WARNING:`` line per outer fit whose law did not converge or is a poor Laplace
+    approximation of its posterior: the rows of that law, and the stacked rows where the law has
+    stacking weight, are computed from it.
+
+    Parameters
+    ----------
+    result : LfoEvaluation
+        From :func:`evaluate_lfo` or :func:`evaluate_extrapolation`.
+
+    Returns
+    -------
+    list of str
+        Empty when every outer fit passed its checks.
+    """
+    out = []
+    many = len(result.folds) > 1
+    for f, fold in enumerate(result.folds):
+        poor = set(fold.get("approximation_only", ()))
+        for law, problems in fold.get("problems", {}).items():
+            where = f"outer fold {f + 1} (fit <= {fold['cut']:.3g}): " if many else ""
+            what = "is a poor approximation of its posterior" if law in poor else "NOT converged"
+            weight = float(fold.get("weights", {}).get(law, 0.0))
+            rows = (
+                f"its rows and the stacked rows (weight {weight:.2f})"
+                if weight >= MIN_STACK_WEIGHT
+                else f"its rows (not the stacked ones: weight below {MIN_STACK_WEIGHT:g})"
+            )
+            out.append(
+                f"WARNING: {where}{law} {what}: {'; '.join(problems)}; {rows} are computed "
+                "from it and are not trustworthy."
+            )
+    return out
 
 
 def format_lfo_table(result: LfoEvaluation, markdown: bool = False) -> str:

@@ -110,7 +110,8 @@ def ensemble_lines(result, width: int = TEXT_WIDTH) -> list[str]:
         lines += textwrap.wrap(
             f"leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
             "the larger; coverage of 50%/90% intervals without -> with discrepancy, the latter "
-            "in-sample for the discrepancy; `evaluate --lfo` gives the out-of-sample check):",
+            "in-sample for the discrepancy; `evaluate --lfo`, and `evaluate --holdout EXPR "
+            "--shipped` on held-out runs, score them out of sample):",
             width,
             initial_indent="  ",
             subsequent_indent="    ",

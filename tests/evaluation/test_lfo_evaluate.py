@@ -17,8 +17,10 @@ from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.evaluation.lfo_evaluate import (
     STACKED,
     STACKED_MIXTURE,
+    LfoEvaluation,
     evaluate_extrapolation,
     evaluate_lfo,
+    fold_warnings,
     format_lfo_table,
 )
 from climb_bayes.inference.ensemble import EnsembleOptions
@@ -108,3 +110,56 @@ def test_evaluate_cli_lfo_and_holdout_conflict(tmp_path, frame):
     path = tmp_path / "runs.csv"
     frame.to_csv(path, index=False)
     assert main(["evaluate", str(path), "--lfo", "--holdout", "tokens>4e9"]) == 2
+
+
+def test_evaluate_cli_shipped_scores_the_pipeline_on_a_holdout(tmp_path, frame, capsys):
+    """``--holdout EXPR --shipped``: the `fit` pipeline on the other runs, scored on the held-out
+    ones per extrapolation ratio, with the stacked rows and the fit's weights."""
+    path = tmp_path / "runs.csv"
+    frame.to_csv(path, index=False)
+    out = tmp_path / "shipped.json"
+    args = [
+        "evaluate", str(path), "--holdout", "tokens>=8e9", "--shipped", "--method", "laplace",
+        "--laws", "climb,isolated", "--samples", "200", "-o", str(out),
+    ]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "D/D_fit" in text and "stacking weights, fit <= 4e+09:" in text
+    payload = json.loads(out.read_text())
+    assert payload["holdout"] == "--holdout 'tokens>=8e9'"
+    held = frame.loc[frame["budget_tokens"] >= 8e9, "run_id"].unique()
+    assert sorted(payload["held_out_runs"]) == sorted(held)
+    (fold,) = payload["folds"]
+    assert fold["cut"] == pytest.approx(4e9) and fold["levels"] == 3
+    assert abs(sum(fold["weights"].values()) - 1) < 1e-9
+    rows = {(r["predictive"], r["ratio_bin"]): r for r in payload["rows"]}
+    assert {p for p, _b in rows} == {"climb", "isolated", STACKED, STACKED_MIXTURE}
+    assert {b for _p, b in rows} == {"(1.5, 2]", "all"}
+    climb = rows[("climb", "all")]
+    assert climb["mre"] < 0.02 and 0.75 <= climb["coverage"]["0.9"] <= 1.0  # the law holds
+    assert isinstance(payload["warnings"], list)
+
+
+def test_evaluate_cli_shipped_needs_a_holdout(tmp_path, frame, capsys):
+    path = tmp_path / "runs.csv"
+    frame.to_csv(path, index=False)
+    assert main(["evaluate", str(path), "--lfo", "--shipped"]) == 2
+    assert "--shipped goes with --holdout" in capsys.readouterr().err
+
+
+def test_fold_warnings_name_the_law_and_whether_the_stack_uses_it():
+    folds = [
+        {
+            "cut": 2e9,
+            "weights": {"climb": 0.7, "dml": 0.0},
+            "problems": {"climb": ["R-hat 1.03 > 1.01"], "dml": ["Pareto k 1.2 > 0.70"]},
+            "approximation_only": ["dml"],
+        },
+        {"cut": 4e9, "weights": {"climb": 1.0}, "problems": {}},
+    ]
+    lines = fold_warnings(LfoEvaluation([], folds))
+    assert len(lines) == 2
+    assert lines[0].startswith("WARNING: outer fold 1 (fit <= 2e+09): climb NOT converged")
+    assert "R-hat 1.03" in lines[0] and "stacked rows (weight 0.70)" in lines[0]
+    assert "dml is a poor approximation" in lines[1] and "not the stacked ones" in lines[1]
+    assert fold_warnings(LfoEvaluation([], folds[1:])) == []
