@@ -312,6 +312,10 @@ def evaluate(
                 "coverage/cal.err/CRPS/LPD of MAP fits use a plug-in predictive "
                 "(noise only, no parameter uncertainty)."
             )
+        click.echo(
+            "each law's bare fit: no extrapolation discrepancy, no stacking; the intervals "
+            "`predict` shows are scored by --shipped."
+        )
     sys.stdout.flush()
 
 
@@ -412,6 +416,8 @@ def _print_pipeline_result(result: object, head: dict, as_json: bool, out: Path 
         _echo(f"wrote {out}")
     if as_json:
         click.echo(text)
+        for line in warnings:  # the JSON has them too; a reader of the terminal sees them
+            _echo(line)
     else:
         click.echo(format_lfo_table(result))
         for f, fold in enumerate(result.folds):

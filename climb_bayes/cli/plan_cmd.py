@@ -131,7 +131,13 @@ def plan(
     summary = (
         f"{n_main} Algorithm-1 runs ({len(langs)} languages x 3 mixtures x {len(budgets)} "
         f"budget(s))"
-        + (f" + {holdout} hold-out runs at {fmt_tokens(df['tokens'].iloc[-1])}" if holdout else "")
+        + (
+            f" + {holdout} hold-out runs at {fmt_tokens(df['tokens'].iloc[-1])} (after training, "
+            "`climb-bayes evaluate RUNS --holdout 'run_id~holdout' --shipped` scores on them the "
+            "intervals `fit` gives from the other runs)"
+            if holdout
+            else ""
+        )
         + f"; {fmt_tokens(total)} training tokens in total"
     )
     if out is None:

@@ -178,7 +178,8 @@ def compute_diagnostics(
             where = " (language blocks: " + ", ".join(f"{k} {n}" for n, k in hit) + ")"
         geometry = (
             "the posterior's geometry, not the step size: check the predictions with "
-            "`climb-bayes evaluate --lfo` or `--holdout` before trusting them (docs/model.md, "
+            "`climb-bayes evaluate --lfo` or `--holdout EXPR --shipped` before trusting them "
+            "(docs/model.md, "
             "'Diagnostics')"
         )
         advice = f"raise --target-accept (e.g. {higher:g})"
