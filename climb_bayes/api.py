@@ -28,10 +28,12 @@ import pandas as pd
 
 from climb_bayes.data.datasets import dataset_path
 from climb_bayes.data.design import algorithm1_design, holdout_design
+from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import RunsData, read_runs
 from climb_bayes.decisions.constraints import Constraints
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.fitresult import Fit, load_fit
+from climb_bayes.inference.nuts import FIT_SAMPLER
 from climb_bayes.model.priors import Priors, load_priors
 from climb_bayes.runtime import setup_jax
 
@@ -63,10 +65,10 @@ def fit(
     *,
     method: str = "nuts",
     laws: Sequence[str] = ("climb", "msl", "dml", "isolated"),
-    chains: int = 4,
-    warmup: int = 500,
-    samples: int = 4000,
-    target_accept: float = 0.98,
+    chains: int = FIT_SAMPLER.chains,
+    warmup: int = FIT_SAMPLER.warmup,
+    samples: int = FIT_SAMPLER.samples,
+    target_accept: float = FIT_SAMPLER.target_accept,
     max_tree_depth: int = 10,
     init: str = "laplace",
     blocks: str = "auto",
@@ -134,8 +136,7 @@ def fit(
     ('en', 'de', 'ru', 'zh', 'ja')
     """
     setup_jax()
-    from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
-    from climb_bayes.inference.ensemble import EnsembleOptions
+    from climb_bayes.inference.ensemble import shipped_options
     from climb_bayes.inference.nuts import NutsConfig
     from climb_bayes.inference.pipeline import fit_runs_ensemble
     from climb_bayes.laws.families import describe_families, resolve_families
@@ -159,9 +160,7 @@ def fit(
         method=method,
         config=config,
         laws=list(laws),
-        ensemble=EnsembleOptions(
-            method=method, lfo=lfo, nuts_min_weight=0.0 if nuts_all_laws else MIN_STACK_WEIGHT
-        ),
+        ensemble=shipped_options(method, lfo, nuts_all_laws=nuts_all_laws),
         seed=seed,
         families=choice.mapping,
         data_label=data_label,
@@ -374,9 +373,15 @@ def evaluate(
     method: str = "map",
     families: str | Path | None = "auto",
     seed: int = 0,
+    shipped: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Fit each law on part of ``runs`` and score it on the held-out runs (``evaluate``).
+
+    By default each law's bare fit is scored. With ``shipped=True`` the whole :func:`fit`
+    pipeline runs on the other runs (every law with its extrapolation discrepancy, the stacking
+    weights, ``fit``'s sampler) and each law and the stacked predictive -- the intervals
+    :func:`predict` gives -- are scored per extrapolation ratio (``evaluate --shipped``).
 
     Parameters
     ----------
@@ -393,6 +398,8 @@ def evaluate(
         MSL's language families.
     seed : int
         Seed of starts and sampler.
+    shipped : bool
+        Score what ``fit`` ships instead of each law's bare fit.
     log : callable, optional
         Receives progress lines.
 
@@ -401,7 +408,9 @@ def evaluate(
     pandas.DataFrame
         One row per (law, subset) with the metrics of ``evaluate --json`` as columns
         (``r2_pooled``, ``r2_group_mean``, ``mre``, ``coverage`` per level, ``crps``, ``lpd``;
-        docs/evaluate.md).
+        docs/evaluate.md). With ``shipped``: one row per (``predictive``, ``ratio_bin``), the
+        predictives being the laws and ``"stacked"``, ``"stacked-mixture"``; ``attrs`` holds
+        the stacking ``weights`` and the ``warnings`` of fits that failed their checks.
 
     Examples
     --------
@@ -430,6 +439,8 @@ def evaluate(
     choice = resolve_families(families, runs.languages)
     law_objs = parse_laws(",".join(laws), families=choice.mapping)
     obs = Observations.from_runs(runs)
+    if shipped:
+        return _evaluate_shipped(obs, mask, law_objs, method, seed, log)
     rows, _ = evaluate_laws(
         obs.select_runs(~mask),
         obs.select_runs(mask),
@@ -444,3 +455,38 @@ def evaluate(
         for row in rows_to_json(rows)
     ]
     return pd.DataFrame(flat)
+
+
+def _evaluate_shipped(
+    obs: Observations,
+    mask: np.ndarray,
+    laws: list,
+    method: str,
+    seed: int,
+    log: Callable[[str], None] | None,
+) -> pd.DataFrame:
+    """:func:`evaluate` with ``shipped=True``: the ``fit`` pipeline and its sampler."""
+    from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation, fold_warnings
+    from climb_bayes.inference.ensemble import shipped_options
+    from climb_bayes.laws.base import FitOptions
+
+    sampler = FIT_SAMPLER
+    options = FitOptions(
+        seed=seed,
+        chains=sampler.chains,
+        warmup=sampler.warmup,
+        samples=sampler.samples,
+        target_accept=sampler.target_accept,
+    )
+    train, test = obs.select_runs(~mask), obs.select_runs(mask)
+    result = evaluate_extrapolation(train, test, laws, options, shipped_options(method), log=log)
+    frame = pd.DataFrame(
+        [
+            {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
+            | {k: v for k, v in r.metrics.items() if k != "r2_group"}
+            for r in result.rows
+        ]
+    )
+    frame.attrs["weights"] = dict(result.folds[0]["weights"])
+    frame.attrs["warnings"] = fold_warnings(result)
+    return frame

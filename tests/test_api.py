@@ -162,3 +162,8 @@ def test_fit_command_and_api_fit_share_their_sampler_defaults():
     shared = ("chains", "warmup", "samples", "target_accept", "max_tree_depth", "init", "seed")
     assert {n: cli_defaults[n] for n in shared} == {n: api_defaults[n] for n in shared}
     assert (api_defaults["warmup"], api_defaults["samples"]) == (500, 4000)
+    from climb_bayes.inference.nuts import FIT_SAMPLER  # evaluate --shipped / --lfo use it too
+
+    assert {n: getattr(FIT_SAMPLER, n) for n in shared[:5]} == {
+        n: cli_defaults[n] for n in shared[:5]
+    }

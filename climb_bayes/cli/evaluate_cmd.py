@@ -193,6 +193,7 @@ def evaluate(
     from climb_bayes.errors import ClimbError
     from climb_bayes.evaluation.holdout_scores import evaluate_laws as run_evaluation
     from climb_bayes.evaluation.holdout_scores import format_table, rows_to_json
+    from climb_bayes.inference.nuts import FIT_SAMPLER, NutsConfig
     from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.families import describe_families, resolve_families
     from climb_bayes.laws.registry import parse_laws
@@ -213,10 +214,12 @@ def evaluate(
             "--lfo already scores what `fit` ships; --shipped goes with --holdout, "
             "--holdout-runs or --holdout-mixtures."
         )
-    pipeline = lfo or shipped  # the sampler of `fit` unless given
-    chains = chains if chains is not None else (4 if pipeline else 2)
-    samples = samples if samples is not None else (4000 if pipeline else 1000)
-    target_accept = target_accept if target_accept is not None else (0.98 if pipeline else 0.95)
+    # the sampler of `fit` for the pipeline unless given; a lighter one for bare fits
+    bare = NutsConfig(chains=2, warmup=500, samples=1000, target_accept=0.95)
+    sampler = FIT_SAMPLER if lfo or shipped else bare
+    chains = sampler.chains if chains is None else chains
+    samples = sampler.samples if samples is None else samples
+    target_accept = sampler.target_accept if target_accept is None else target_accept
     if method == "nuts" and (chains < 1 or samples < chains or warmup < 1):
         raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
     parse_laws(laws_spec)  # validates names before reading the data
@@ -319,15 +322,6 @@ def evaluate(
     sys.stdout.flush()
 
 
-def _ensemble_options(method: str, inner_lfo: str) -> object:
-    """The ensemble settings of ``climb-bayes fit`` (a law whose stacking weight is below
-    :data:`~climb_bayes.inference.convergence.MIN_STACK_WEIGHT` is fitted by Laplace)."""
-    from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
-    from climb_bayes.inference.ensemble import EnsembleOptions
-
-    return EnsembleOptions(method=method, lfo=inner_lfo, nuts_min_weight=MIN_STACK_WEIGHT)
-
-
 def _evaluate_lfo(
     runs: object,
     laws: list,
@@ -341,6 +335,7 @@ def _evaluate_lfo(
     """``evaluate --lfo``: nested leave-future-out over the budgets of ``runs``."""
     from climb_bayes.data.observations import Observations
     from climb_bayes.evaluation.lfo_evaluate import evaluate_lfo
+    from climb_bayes.inference.ensemble import shipped_options
 
     obs = Observations.from_runs(runs)
     _echo(
@@ -349,7 +344,7 @@ def _evaluate_lfo(
         f"discrepancy folds by {inner_lfo}"
     )
     result = evaluate_lfo(
-        obs, laws, options, _ensemble_options(method, inner_lfo), max_folds=lfo_folds, log=_echo
+        obs, laws, options, shipped_options(method, inner_lfo), max_folds=lfo_folds, log=_echo
     )
     head = {"runs_file": str(runs.source), "method": method, "inner_lfo": inner_lfo}
     _print_pipeline_result(result, head, as_json, out)
@@ -370,6 +365,7 @@ def _evaluate_shipped(
     """``evaluate --holdout ... --shipped``: the ``fit`` pipeline on the runs that are not held
     out, scored on the held-out ones."""
     from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation
+    from climb_bayes.inference.ensemble import shipped_options
 
     _echo(
         f"scoring what `fit` ships: every law by {method} with its discrepancy (inner folds by "
@@ -380,7 +376,7 @@ def _evaluate_shipped(
         obs.select_runs(mask),
         laws,
         options,
-        _ensemble_options(method, inner_lfo),
+        shipped_options(method, inner_lfo),
         log=_echo,
     )
     head = {

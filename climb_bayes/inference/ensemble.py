@@ -107,6 +107,7 @@ from climb_bayes.model.discrepancy import (
 __all__ = [
     "LawEnsemble",
     "EnsembleOptions",
+    "shipped_options",
     "fit_ensemble",
     "stacking_weights",
     "WEIGHT_METHODS",
@@ -322,6 +323,34 @@ class EnsembleOptions:
     nuts_min_weight: float = 0.0
     correlate: bool = True
     stacking_bootstrap: int = STACKING_BOOTSTRAP
+
+
+def shipped_options(
+    method: str = "nuts", lfo: str = "laplace", *, nuts_all_laws: bool = False
+) -> EnsembleOptions:
+    """The ensemble settings of ``climb-bayes fit`` (and so of ``evaluate --shipped`` and
+    ``--lfo``): a law whose stacking weight is below
+    :data:`~climb_bayes.inference.convergence.MIN_STACK_WEIGHT` gets a Laplace full fit instead
+    of NUTS, unless ``nuts_all_laws``.
+
+    Parameters
+    ----------
+    method : str
+        Inference of the full fits.
+    lfo : str
+        Inner leave-future-out refits (:class:`EnsembleOptions`).
+    nuts_all_laws : bool
+        Sample every law (``fit --nuts-all-laws``).
+
+    Returns
+    -------
+    EnsembleOptions
+    """
+    from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
+
+    return EnsembleOptions(
+        method=method, lfo=lfo, nuts_min_weight=0.0 if nuts_all_laws else MIN_STACK_WEIGHT
+    )
 
 
 @dataclass

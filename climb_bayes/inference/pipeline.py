@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
-from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
-from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
+from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble, shipped_options
 from climb_bayes.inference.ensemble_store import store_ensemble
 from climb_bayes.inference.fitresult import Fit
 from climb_bayes.inference.fitting import fit_runs
@@ -95,7 +94,7 @@ def fit_runs_ensemble(
         data_label=data_label,
         log=log,
     )
-    ens_opts = ensemble or EnsembleOptions(method=method, nuts_min_weight=MIN_STACK_WEIGHT)
+    ens_opts = ensemble or shipped_options(method)
     if ens_opts.method != method:
         raise ClimbError("the ensemble's method must be the fit's method.")
     if len(names) == 1 and not ens_opts.discrepancy:

@@ -163,3 +163,19 @@ def test_fold_warnings_name_the_law_and_whether_the_stack_uses_it():
     assert "R-hat 1.03" in lines[0] and "stacked rows (weight 0.70)" in lines[0]
     assert "dml is a poor approximation" in lines[1] and "not the stacked ones" in lines[1]
     assert fold_warnings(LfoEvaluation([], folds[1:])) == []
+
+
+def test_api_evaluate_shipped_returns_the_pipeline_rows(frame):
+    """``cb.evaluate(..., shipped=True)``: the same scoring as ``evaluate --shipped``."""
+    import climb_bayes as cb
+
+    runs = runs_from_frame(frame)
+    scores = cb.evaluate(
+        runs, "tokens>=8e9", laws=("climb", "isolated"), method="laplace", shipped=True
+    )
+    assert set(scores["predictive"]) == {"climb", "isolated", STACKED, STACKED_MIXTURE}
+    assert set(scores["ratio_bin"]) == {"(1.5, 2]", "all"}
+    assert abs(sum(scores.attrs["weights"].values()) - 1) < 1e-9
+    assert isinstance(scores.attrs["warnings"], list)
+    climb = scores[(scores["predictive"] == "climb") & (scores["ratio_bin"] == "all")].iloc[0]
+    assert climb["mre"] < 0.02 and 0.75 <= climb["coverage"]["0.9"] <= 1.0
