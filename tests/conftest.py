@@ -89,24 +89,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 SLOWEST_FILES = (
     "evaluation/test_robustness.py",
     "training/test_training.py",
-    "inference/test_ensemble.py",
     "cli/test_fitfile_cli.py",
-    "model/test_discrepancy.py",
+    "inference/test_ensemble.py",
     "inference/test_fit.py",
+    "model/test_discrepancy.py",
+    "evaluation/test_lfo_evaluate.py",
     "inference/test_lfo.py",
     "cli/test_cli_gates.py",
-    "test_api.py",
-    "decisions/test_plan_suggest.py",
     "laws/test_laws.py",
+    "test_api.py",
     "inference/test_nuts_blocks.py",
     "evaluation/test_recovery.py",
-    "evaluation/test_lfo_evaluate.py",
+    "data/test_datasets.py",
+    "evaluation/test_sbc.py",
     "decisions/test_optimize.py",
 )
 """Test files by measured time, slowest first (relative to tests/; per-file sums of
-``pytest --durations=80 --durations-min=2`` at a182d3f on a 2-core AMD EPYC machine,
-2026-12-04, 542 passed in 1,047 s: 227, 212, 194, 168, 168, 140, 84, 71, 70, 55, 49, 47, 42,
-41 and 40 s of the 1,817 listed worker-seconds)."""
+``pytest --durations=70 --durations-min=3`` at 04552fe on a 2-core AMD EPYC machine,
+2026-12-04, 545 passed in 1,144 s: 274, 242, 221, 209, 136, 114, 77 (about 30 s more since the
+API test of 81b33dd), 82, 63, 58, 58, 49, 44, 41, 33 and 33 s)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
