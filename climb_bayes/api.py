@@ -466,7 +466,11 @@ def _evaluate_shipped(
     log: Callable[[str], None] | None,
 ) -> pd.DataFrame:
     """:func:`evaluate` with ``shipped=True``: the ``fit`` pipeline and its sampler."""
-    from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation, fold_warnings
+    from climb_bayes.evaluation.lfo_evaluate import (
+        evaluate_extrapolation,
+        fold_warnings,
+        row_records,
+    )
     from climb_bayes.inference.ensemble import shipped_options
     from climb_bayes.laws.base import FitOptions
 
@@ -480,13 +484,7 @@ def _evaluate_shipped(
     )
     train, test = obs.select_runs(~mask), obs.select_runs(mask)
     result = evaluate_extrapolation(train, test, laws, options, shipped_options(method), log=log)
-    frame = pd.DataFrame(
-        [
-            {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
-            | {k: v for k, v in r.metrics.items() if k != "r2_group"}
-            for r in result.rows
-        ]
-    )
+    frame = pd.DataFrame(row_records(result))
     frame.attrs["weights"] = dict(result.folds[0]["weights"])
     frame.attrs["warnings"] = fold_warnings(result)
     return frame

@@ -392,16 +392,12 @@ def _evaluate_shipped(
 def _print_pipeline_result(result: object, head: dict, as_json: bool, out: Path | None) -> None:
     """The table (or JSON) of a pipeline evaluation, the stacking weights of each outer fit and
     a warning for every outer fit that did not pass its checks."""
-    from climb_bayes.evaluation.lfo_evaluate import fold_warnings, format_lfo_table
+    from climb_bayes.evaluation.lfo_evaluate import fold_warnings, format_lfo_table, row_records
 
     warnings = fold_warnings(result)
     payload = head | {
         "folds": result.folds,
-        "rows": [
-            {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
-            | {k: v for k, v in r.metrics.items() if k != "r2_group"}
-            for r in result.rows
-        ],
+        "rows": row_records(result),
         "warnings": warnings,
     }
     text = json.dumps(payload, indent=1, default=float)

@@ -47,6 +47,7 @@ __all__ = [
     "evaluate_extrapolation",
     "format_lfo_table",
     "fold_warnings",
+    "row_records",
     "STACKED",
     "STACKED_MIXTURE",
 ]
@@ -297,6 +298,16 @@ def fold_warnings(result: LfoEvaluation) -> list[str]:
                 "from it and are not trustworthy."
             )
     return out
+
+
+def row_records(result: LfoEvaluation) -> list[dict[str, Any]]:
+    """The rows of ``result`` as flat records (``predictive``, ``ratio_bin``, ``n`` and the
+    metrics but the per-group R² array), as ``evaluate --json`` writes them."""
+    return [
+        {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
+        | {k: v for k, v in r.metrics.items() if k != "r2_group"}
+        for r in result.rows
+    ]
 
 
 def format_lfo_table(result: LfoEvaluation, markdown: bool = False) -> str:
