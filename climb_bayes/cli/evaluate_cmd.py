@@ -392,12 +392,18 @@ def _evaluate_shipped(
 def _print_pipeline_result(result: object, head: dict, as_json: bool, out: Path | None) -> None:
     """The table (or JSON) of a pipeline evaluation, the stacking weights of each outer fit and
     a warning for every outer fit that did not pass its checks."""
-    from climb_bayes.evaluation.lfo_evaluate import fold_warnings, format_lfo_table, row_records
+    from climb_bayes.evaluation.lfo_evaluate import (
+        calibration_lines,
+        fold_warnings,
+        format_lfo_table,
+        row_records,
+    )
 
     warnings = fold_warnings(result)
     payload = head | {
         "folds": result.folds,
         "rows": row_records(result),
+        "calibration": calibration_lines(result),
         "warnings": warnings,
     }
     text = json.dumps(payload, indent=1, default=float)
@@ -422,6 +428,8 @@ def _print_pipeline_result(result: object, head: dict, as_json: bool, out: Path 
                 else (f"fit <= {fold['cut']:.3g}")
             )
             click.echo(f"stacking weights, {label}: {weights}")
+        for line in payload["calibration"]:
+            click.echo(line)
         for line in warnings:
             click.echo(line)
     sys.stdout.flush()

@@ -48,6 +48,7 @@ __all__ = [
     "format_lfo_table",
     "fold_warnings",
     "row_records",
+    "calibration_lines",
     "STACKED",
     "STACKED_MIXTURE",
 ]
@@ -307,6 +308,50 @@ def row_records(result: LfoEvaluation) -> list[dict[str, Any]]:
         {"predictive": r.law, "ratio_bin": r.ratio_bin, "n": r.n}
         | {k: v for k, v in r.metrics.items() if k != "r2_group"}
         for r in result.rows
+    ]
+
+
+def calibration_lines(result: LfoEvaluation, levels: Sequence[float] = (0.5, 0.9)) -> list[str]:
+    """Whether the default predictive's coverage over all scored points is evidence of
+    miscalibration: its coverage at ``levels`` against the 5-95% range a calibrated predictive
+    would show on the same points (:func:`~climb_bayes.evaluation.metrics.coverage_if_calibrated`:
+    the errors cluster by group, so the range is wider than a binomial count suggests).
+
+    Parameters
+    ----------
+    result : LfoEvaluation
+        From :func:`evaluate_lfo` or :func:`evaluate_extrapolation`.
+    levels : sequence of float
+        Interval levels to report.
+
+    Returns
+    -------
+    list of str
+        One line for :data:`STACKED` (or the single law when nothing is stacked); empty when
+        the rows carry no calibrated range.
+    """
+    overall = {r.law: r for r in result.rows if r.ratio_bin == "all"}
+    name = STACKED if STACKED in overall else next(iter(overall), None)
+    if name is None:
+        return []
+    metrics = overall[name].metrics
+    cov, band = metrics.get("coverage", {}), metrics.get("coverage_if_calibrated", {})
+    parts, verdicts = [], set()
+    for level in levels:
+        key = str(level)
+        if key not in cov or key not in band:
+            return []
+        low, high = band[key]
+        c = cov[key]
+        verdicts.add("too wide" if c > high else "too narrow" if c < low else "consistent")
+        parts.append(f"{level:.0%} intervals cover {c:.2f} (calibrated: {low:.2f}-{high:.2f})")
+    if verdicts == {"consistent"}:
+        verdict = "consistent with calibrated intervals on these points"
+    else:
+        verdict = " and ".join(sorted(verdicts - {"consistent"})) + ": evidence of miscalibration"
+    return [
+        f"calibration of {name}: {'; '.join(parts)}; {verdict} (calibrated: the 5-95% range "
+        "a calibrated predictive shows on these points, whose errors cluster by group)"
     ]
 
 

@@ -18,6 +18,8 @@ from climb_bayes.evaluation.lfo_evaluate import (
     STACKED,
     STACKED_MIXTURE,
     LfoEvaluation,
+    LfoRow,
+    calibration_lines,
     evaluate_extrapolation,
     evaluate_lfo,
     fold_warnings,
@@ -138,6 +140,8 @@ def test_evaluate_cli_shipped_scores_the_pipeline_on_a_holdout(tmp_path, frame, 
     climb = rows[("climb", "all")]
     assert climb["mre"] < 0.02 and 0.75 <= climb["coverage"]["0.9"] <= 1.0  # the law holds
     assert isinstance(payload["warnings"], list)
+    assert payload["calibration"][0].startswith("calibration of stacked:")
+    assert payload["calibration"][0] in text
 
 
 def test_evaluate_cli_shipped_needs_a_holdout(tmp_path, frame, capsys):
@@ -179,3 +183,23 @@ def test_api_evaluate_shipped_returns_the_pipeline_rows(frame):
     assert isinstance(scores.attrs["warnings"], list)
     climb = scores[(scores["predictive"] == "climb") & (scores["ratio_bin"] == "all")].iloc[0]
     assert climb["mre"] < 0.02 and 0.75 <= climb["coverage"]["0.9"] <= 1.0
+
+
+def test_calibration_lines_judge_the_stack_against_the_calibrated_range():
+    def row(law, c50, c90, band50=(0.38, 0.61), band90=(0.81, 0.96)):
+        metrics = {
+            "coverage": {"0.5": c50, "0.9": c90},
+            "coverage_if_calibrated": {"0.5": list(band50), "0.9": list(band90)},
+        }
+        return LfoRow(law, "all", 150, metrics)
+
+    wide = LfoEvaluation([row("climb", 0.5, 0.9), row(STACKED, 0.73, 0.99)], [])
+    (line,) = calibration_lines(wide)
+    assert line.startswith("calibration of stacked: 50% intervals cover 0.73 (calibrated: 0.38")
+    assert "too wide: evidence of miscalibration" in line
+    fine = LfoEvaluation([row(STACKED, 0.45, 0.85)], [])
+    assert "consistent with calibrated intervals" in calibration_lines(fine)[0]
+    narrow = LfoEvaluation([row("climb", 0.2, 0.95)], [])  # one law: no stacked row
+    (line,) = calibration_lines(narrow)
+    assert line.startswith("calibration of climb:") and "too narrow" in line
+    assert calibration_lines(LfoEvaluation([LfoRow(STACKED, "all", 3, {})], [])) == []
