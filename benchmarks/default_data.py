@@ -77,9 +77,12 @@ def _shipped_on_holdouts(
             f"| {row['r2_pooled']:.2f} | {cov['0.5']:.2f} | {cov['0.9']:.2f} | {secs:.0f} |"
         )
         if row["predictive"] == "stacked":
+            band = row["coverage_if_calibrated"]
             verdict.append(
-                f"shipped predictive on the holdouts: cov50 {cov['0.5']:.2f}, cov90 "
-                f"{cov['0.9']:.2f} (issue 13: 0.40-0.60, 0.80-0.97), CRPS {row['crps']:.4f}"
+                f"shipped predictive on the holdouts: cov50 {cov['0.5']:.2f} [a calibrated "
+                f"predictive: {band['0.5'][0]:.2f}-{band['0.5'][1]:.2f}], cov90 {cov['0.9']:.2f} "
+                f"[{band['0.9'][0]:.2f}-{band['0.9'][1]:.2f}] (issue 13: 0.40-0.60, 0.80-0.97), "
+                f"CRPS {row['crps']:.4f}"
             )
     flagged += [f"shipped predictive: {w.removeprefix('WARNING: ')}" for w in res["warnings"]]
     return out
