@@ -370,7 +370,7 @@ def evaluate(
     holdout: np.ndarray | str,
     *,
     laws: Sequence[str] = ("climb", "isolated", "msl", "dml"),
-    method: str = "map",
+    method: str | None = None,
     families: str | Path | None = "auto",
     seed: int = 0,
     shipped: bool = False,
@@ -392,8 +392,9 @@ def evaluate(
         ``"run_id~holdout"``) or a mask over ``runs.run_ids``.
     laws : sequence of str
         Laws to compare.
-    method : {"map", "laplace", "nuts"}
-        Inference of every law.
+    method : {"map", "laplace", "nuts"}, optional
+        Inference of every law: by default ``"map"`` for the bare fits and ``"nuts"`` with
+        ``shipped`` (as :func:`fit`).
     families : {"auto", "none"} or path
         MSL's language families.
     seed : int
@@ -410,7 +411,8 @@ def evaluate(
         (``r2_pooled``, ``r2_group_mean``, ``mre``, ``coverage`` per level, ``crps``, ``lpd``;
         docs/evaluate.md). With ``shipped``: one row per (``predictive``, ``ratio_bin``), the
         predictives being the laws and ``"stacked"``, ``"stacked-mixture"``; ``attrs`` holds
-        the stacking ``weights`` and the ``warnings`` of fits that failed their checks.
+        the stacking ``weights``, the ``calibration`` line of ``evaluate --shipped`` and the
+        ``warnings`` of fits that failed their checks.
 
     Examples
     --------
@@ -440,12 +442,12 @@ def evaluate(
     law_objs = parse_laws(",".join(laws), families=choice.mapping)
     obs = Observations.from_runs(runs)
     if shipped:
-        return _evaluate_shipped(obs, mask, law_objs, method, seed, log)
+        return _evaluate_shipped(obs, mask, law_objs, method or "nuts", seed, log)
     rows, _ = evaluate_laws(
         obs.select_runs(~mask),
         obs.select_runs(mask),
         law_objs,
-        method=method,
+        method=method or "map",
         options=FitOptions(seed=seed),
         dataset=str(runs.source),
         log=log,
@@ -467,6 +469,7 @@ def _evaluate_shipped(
 ) -> pd.DataFrame:
     """:func:`evaluate` with ``shipped=True``: the ``fit`` pipeline and its sampler."""
     from climb_bayes.evaluation.lfo_evaluate import (
+        calibration_lines,
         evaluate_extrapolation,
         fold_warnings,
         row_records,
@@ -486,5 +489,6 @@ def _evaluate_shipped(
     result = evaluate_extrapolation(train, test, laws, options, shipped_options(method), log=log)
     frame = pd.DataFrame(row_records(result))
     frame.attrs["weights"] = dict(result.folds[0]["weights"])
+    frame.attrs["calibration"] = calibration_lines(result)
     frame.attrs["warnings"] = fold_warnings(result)
     return frame

@@ -181,6 +181,7 @@ def test_api_evaluate_shipped_returns_the_pipeline_rows(frame):
     assert set(scores["ratio_bin"]) == {"(1.5, 2]", "all"}
     assert abs(sum(scores.attrs["weights"].values()) - 1) < 1e-9
     assert isinstance(scores.attrs["warnings"], list)
+    assert scores.attrs["calibration"][0].startswith("calibration of stacked:")
     climb = scores[(scores["predictive"] == "climb") & (scores["ratio_bin"] == "all")].iloc[0]
     assert climb["mre"] < 0.02 and 0.75 <= climb["coverage"]["0.9"] <= 1.0
 
