@@ -64,6 +64,8 @@ def _shipped_on_holdouts(
     """Rows of the shipped predictive (every law as ``climb-bayes fit`` fits it, inner-fold
     discrepancies, stacking) fitted on the Algorithm-1 runs and scored on the holdouts:
     ``climb-bayes evaluate --holdout 'run_id~holdout' --shipped --method nuts``."""
+    from climb_bayes.evaluation.lfo_evaluate import STACKED
+
     res, secs = _evaluate([path, "--holdout", HOLDOUT, "--shipped", "--method", "nuts", *sampler])
     weights = ", ".join(f"{k} {w:.2f}" for k, w in res["folds"][0]["weights"].items())
     out = []
@@ -76,7 +78,7 @@ def _shipped_on_holdouts(
             f"discrepancy | {row['n']} | {row['mre']:.2%} | mean {row['r2_group_mean']:.2f} "
             f"| {row['r2_pooled']:.2f} | {cov['0.5']:.2f} | {cov['0.9']:.2f} | {secs:.0f} |"
         )
-        if row["predictive"] == "stacked":
+        if row["predictive"] == STACKED:
             band = row["coverage_if_calibrated"]
             verdict.append(
                 f"shipped predictive on the holdouts: cov50 {cov['0.5']:.2f} [a calibrated "

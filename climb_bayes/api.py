@@ -477,13 +477,12 @@ def _evaluate_shipped(
     from climb_bayes.inference.ensemble import shipped_options
     from climb_bayes.laws.base import FitOptions
 
-    sampler = FIT_SAMPLER
     options = FitOptions(
         seed=seed,
-        chains=sampler.chains,
-        warmup=sampler.warmup,
-        samples=sampler.samples,
-        target_accept=sampler.target_accept,
+        chains=FIT_SAMPLER.chains,
+        warmup=FIT_SAMPLER.warmup,
+        samples=FIT_SAMPLER.samples,
+        target_accept=FIT_SAMPLER.target_accept,
     )
     train, test = obs.select_runs(~mask), obs.select_runs(mask)
     result = evaluate_extrapolation(train, test, laws, options, shipped_options(method), log=log)

@@ -195,7 +195,7 @@ def format_table(
         problems = law_problems(row.info)
         # a Laplace approximation far from its posterior converged: say what failed, as the
         # fit gate does (ConvergenceGate.verdict)
-        poor = ConvergenceGate(tuple(problems)).kinds == {"approximation"}
+        poor = ConvergenceGate(tuple(problems)).approximation_only
         if problems and row.subset == "positive":
             where = f" on {row.dataset}" if row.dataset else ""
             what = "is a poor approximation of its posterior" if poor else "NOT converged"

@@ -232,7 +232,9 @@ def _evaluate_splits(
                 "weights": dict(ensemble.weights),
                 "problems": {k: [str(p) for p in v] for k, v in problems.items() if v},
                 "approximation_only": sorted(
-                    k for k, v in problems.items() if v and _approximation_only(v)
+                    k
+                    for k, v in problems.items()
+                    if v and ConvergenceGate(tuple(v)).approximation_only
                 ),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
@@ -260,12 +262,6 @@ def _evaluate_splits(
     return LfoEvaluation(rows, records)
 
 
-def _approximation_only(problems: Sequence[str]) -> bool:
-    """Whether every problem is a Laplace approximation's Pareto k (the fit converged, its
-    Gaussian is far from the posterior), not a sampler or optimizer failure."""
-    return ConvergenceGate(tuple(problems)).kinds == {"approximation"}
-
-
 def fold_warnings(result: LfoEvaluation) -> list[str]:
     """One ``WARNING:`` line per outer fit whose law did not converge or is a poor Laplace
     approximation of its posterior: the rows of that law, and the stacked rows where the law has
@@ -285,8 +281,8 @@ def fold_warnings(result: LfoEvaluation) -> list[str]:
     many = len(result.folds) > 1
     for f, fold in enumerate(result.folds):
         poor = set(fold.get("approximation_only", ()))
+        where = f"outer fold {f + 1} (fit <= {fold['cut']:.3g}): " if many else ""
         for law, problems in fold.get("problems", {}).items():
-            where = f"outer fold {f + 1} (fit <= {fold['cut']:.3g}): " if many else ""
             what = "is a poor approximation of its posterior" if law in poor else "NOT converged"
             weight = float(fold.get("weights", {}).get(law, 0.0))
             rows = (

@@ -86,11 +86,17 @@ class ConvergenceGate(NamedTuple):
         return {getattr(p, "kind", "sampler") for p in self.problems}
 
     @property
+    def approximation_only(self) -> bool:
+        """True when the only problems are Laplace approximations with a high Pareto k (the
+        fits converged; their Gaussians are far from the posterior)."""
+        return self.kinds == {"approximation"}
+
+    @property
     def verdict(self) -> str:
         """What failed, as the warning says it: ``"did not converge"`` when a sampler, mode
         search or point fit failed; ``"is a poor approximation of its posterior"`` when the
         only problems are Laplace approximations with a high Pareto k (they converged)."""
-        if self.kinds == {"approximation"}:
+        if self.approximation_only:
             return "is a poor approximation of its posterior"
         return "did not converge"
 

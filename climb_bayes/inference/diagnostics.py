@@ -179,8 +179,7 @@ def compute_diagnostics(
         geometry = (
             "the posterior's geometry, not the step size: check the predictions with "
             "`climb-bayes evaluate --lfo` or `--holdout EXPR --shipped` before trusting them "
-            "(docs/model.md, "
-            "'Diagnostics')"
+            "(docs/model.md, 'Diagnostics')"
         )
         advice = f"raise --target-accept (e.g. {higher:g})"
         if higher <= target_accept:  # already at the highest target the gate advises
