@@ -44,6 +44,14 @@ def frame(world3):
     return simulate_runs(world3, design, seed=2)
 
 
+@pytest.fixture
+def path(tmp_path, frame):
+    """The world's runs table as a CSV file, as a user passes it to ``climb-bayes evaluate``."""
+    out = tmp_path / "runs.csv"
+    frame.to_csv(out, index=False)
+    return out
+
+
 def test_lfo_evaluation_covers_where_the_law_holds(frame):
     obs = Observations.from_runs(runs_from_frame(frame))
     res = evaluate_lfo(
@@ -89,9 +97,7 @@ def test_extrapolation_split_scores_by_ratio_and_covers(frame):
     assert row.metrics["mre"] < 0.02 and 0.75 <= row.metrics["coverage"]["0.9"] <= 1.0
 
 
-def test_evaluate_cli_lfo(tmp_path, frame, capsys):
-    path = tmp_path / "runs.csv"
-    frame.to_csv(path, index=False)
+def test_evaluate_cli_lfo(path, tmp_path, capsys):
     out = tmp_path / "lfo.json"
     args = [
         "evaluate", str(path), "--lfo", "--lfo-folds", "1", "--method", "laplace",
@@ -108,17 +114,13 @@ def test_evaluate_cli_lfo(tmp_path, frame, capsys):
     assert np.isfinite([r["crps"] for r in payload["rows"]]).all()
 
 
-def test_evaluate_cli_lfo_and_holdout_conflict(tmp_path, frame):
-    path = tmp_path / "runs.csv"
-    frame.to_csv(path, index=False)
+def test_evaluate_cli_lfo_and_holdout_conflict(path):
     assert main(["evaluate", str(path), "--lfo", "--holdout", "tokens>4e9"]) == 2
 
 
-def test_evaluate_cli_shipped_scores_the_pipeline_on_a_holdout(tmp_path, frame, capsys):
+def test_evaluate_cli_shipped_scores_the_pipeline_on_a_holdout(path, tmp_path, frame, capsys):
     """``--holdout EXPR --shipped``: the `fit` pipeline on the other runs, scored on the held-out
     ones per extrapolation ratio, with the stacked rows and the fit's weights."""
-    path = tmp_path / "runs.csv"
-    frame.to_csv(path, index=False)
     out = tmp_path / "shipped.json"
     args = [
         "evaluate", str(path), "--holdout", "tokens>=8e9", "--shipped", "--method", "laplace",
@@ -144,9 +146,7 @@ def test_evaluate_cli_shipped_scores_the_pipeline_on_a_holdout(tmp_path, frame, 
     assert payload["calibration"][0] in text
 
 
-def test_evaluate_cli_shipped_needs_a_holdout(tmp_path, frame, capsys):
-    path = tmp_path / "runs.csv"
-    frame.to_csv(path, index=False)
+def test_evaluate_cli_shipped_needs_a_holdout(path, capsys):
     assert main(["evaluate", str(path), "--lfo", "--shipped"]) == 2
     assert "--shipped goes with --holdout" in capsys.readouterr().err
 
