@@ -45,6 +45,7 @@ __all__ = [
     "CHECKPOINT_HINT_BUDGETS",
     "infer_checkpoint_series",
     "mixture_codes",
+    "MODEL_SIZE_COLUMNS",
 ]
 
 DEFAULT_TAIL_START = 0.85
@@ -74,6 +75,24 @@ _CSV_EXTENSIONS = frozenset({".csv"})
 _PARQUET_EXTENSIONS = frozenset({".parquet", ".pq"})
 _NA_STRINGS = frozenset({"", "nan", "na", "n/a", "null", "none", "<na>"})
 _RENORM_HINT = "--renormalize (renormalize=True)"
+
+MODEL_SIZE_COLUMNS = frozenset(
+    {
+        "model",
+        "model_size",
+        "model_size_label",
+        "model_name",
+        "model_params",
+        "n_params",
+        "num_params",
+        "params",
+        "parameters",
+        "non_embedding_params",
+    }
+)
+"""Extra columns read as a model's size or name (compared lower-case, spaces and hyphens as
+underscores): a table whose rows hold several values in one of them mixes model sizes, which no
+law here has a term for, and is refused (:func:`read_runs`)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -1103,6 +1122,37 @@ def _normalise_columns(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _check_one_model(frame: pd.DataFrame, source: str) -> None:
+    """Refuse a table whose :data:`MODEL_SIZE_COLUMNS` column holds several values.
+
+    The laws fitted here (CLIMB, MSL, DML, Isolated) predict loss from tokens and mixture for
+    one model; runs of a 70M and a 1B model at the same mixture and budget differ by far more
+    than run-to-run noise, and fitted as one law they would read as a huge run effect (or, at
+    one mixture and several budgets, as the checkpoints of one run) and every interval would be
+    wrong without any error. Published tables often keep such a column (Data Mixing Laws'
+    ``model_size_label``), so it is checked rather than ignored with the other extra columns.
+    """
+    for column in frame.columns:
+        key = column.strip().lower().replace(" ", "_").replace("-", "_")
+        if key not in MODEL_SIZE_COLUMNS:
+            continue
+        values = frame[column][~_is_blank(frame[column])].astype(str).str.strip()
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) > 1:
+            shown = ", ".join(distinct[:5]) + (", ..." if len(distinct) > 5 else "")
+            first = int(np.flatnonzero((values != distinct[0]).to_numpy())[0])
+            _fail(
+                source,
+                f"the table mixes {len(distinct)} models ({shown}); the laws here have no "
+                "model-size term, so runs of different models cannot be fitted as one law",
+                f"write one table per value of '{column}' and fit each on its own (rows with "
+                f"'{column}' = {distinct[0]} first), or drop the column if its values name the "
+                "same model",
+                row=int(values.index[first]) + _ROW_OFFSET,
+                column=column,
+            )
+
+
 def _detect_form(columns: list[str], source: str) -> str:
     cols = set(columns)
     if cols & _LONG_MARKERS:
@@ -1250,6 +1300,7 @@ def _from_frame(
     """Validate a frame (either form), average tails if asked, warn when data are few."""
     tail = _check_tail_start(tail_start, source)
     frame = _normalise_columns(df, source)
+    _check_one_model(frame, source)
     form = _detect_form(list(frame.columns), source)
     parse = _parse_wide if form == "wide" else _parse_long
     data = parse(frame, source, sha256, tail, bool(renormalize), languages)

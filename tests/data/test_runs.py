@@ -301,6 +301,27 @@ def test_run_series_errors_name_row_column_and_fix():
         runs_from_frame(long, source="ckpt.csv")
 
 
+def test_tables_that_mix_model_sizes_are_refused():
+    """A column naming the model (Data Mixing Laws' ``model_size_label``) with two values: the
+    laws have no model-size term, so the table is refused at the first row of the second model;
+    one value (or blanks) is an ordinary extra column."""
+    df = wide_frame()
+    df["Model Size"] = ["70M", "70M", "160M"]
+    with pytest.raises(RunsFormatError) as err:
+        runs_from_frame(df, source="mix.csv")
+    msg = str(err.value)
+    assert msg.startswith("mix.csv, row 4, column 'Model Size'")
+    assert "mixes 2 models (70M, 160M)" in msg and "one table per value" in msg
+    long = long_frame()
+    long["model_size_label"] = ["410M"] * 6 + ["1B"] * 6
+    with pytest.raises(RunsFormatError, match=r"row 8, column 'model_size_label'"):
+        runs_from_frame(long)
+    one = wide_frame()
+    one["model"] = ["70M", "70M", ""]
+    one["size"] = [1, 2, 3]  # not a model column: ignored like any extra one
+    assert runs_from_frame(one).run_ids == ("a", "b", "c")
+
+
 # ------------------------------------------------------------------------------ subsetting
 
 
