@@ -74,6 +74,7 @@ def fit(
     blocks: str = "auto",
     seed: int = 0,
     lfo: str = "laplace",
+    lfo_cuts: Sequence[float] | None = None,
     nuts_all_laws: bool = False,
     families: str | Path | None = "auto",
     progress: bool = False,
@@ -108,6 +109,10 @@ def fit(
     lfo : {"laplace", "nuts", "map", "none"}
         Leave-future-out refits inside the data (>= 3 budgets) that calibrate each law's
         extrapolation discrepancy and the stacking weights.
+    lfo_cuts : sequence of float, optional
+        Where those refits end (tokens, each a budget level below the largest; ``fit
+        --lfo-cuts``); by default the two budget levels below the largest, the folds nearest
+        the full fit (docs/model.md, "Early folds bend more").
     nuts_all_laws : bool
         Sample every law by NUTS; by default (``method="nuts"``, inner folds present) a law other
         than CLIMB whose stacking weight is below 0.01 gets a Laplace fit instead
@@ -160,7 +165,7 @@ def fit(
         method=method,
         config=config,
         laws=list(laws),
-        ensemble=shipped_options(method, lfo, nuts_all_laws=nuts_all_laws),
+        ensemble=shipped_options(method, lfo, nuts_all_laws=nuts_all_laws, lfo_cuts=lfo_cuts),
         seed=seed,
         families=choice.mapping,
         data_label=data_label,
@@ -374,6 +379,7 @@ def evaluate(
     families: str | Path | None = "auto",
     seed: int = 0,
     shipped: bool = False,
+    lfo_cuts: Sequence[float] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Fit each law on part of ``runs`` and score it on the held-out runs (``evaluate``).
@@ -401,6 +407,9 @@ def evaluate(
         Seed of starts and sampler.
     shipped : bool
         Score what ``fit`` ships instead of each law's bare fit.
+    lfo_cuts : sequence of float, optional
+        With ``shipped``: where the inner leave-future-out refits on the fitted runs end
+        (:func:`fit`'s ``lfo_cuts``).
     log : callable, optional
         Receives progress lines.
 
@@ -442,7 +451,9 @@ def evaluate(
     law_objs = parse_laws(",".join(laws), families=choice.mapping)
     obs = Observations.from_runs(runs)
     if shipped:
-        return _evaluate_shipped(obs, mask, law_objs, method or "nuts", seed, log)
+        return _evaluate_shipped(obs, mask, law_objs, method or "nuts", seed, lfo_cuts, log)
+    if lfo_cuts is not None:
+        raise ClimbError("lfo_cuts sets the inner folds of shipped=True; the bare fits have none.")
     rows, _ = evaluate_laws(
         obs.select_runs(~mask),
         obs.select_runs(mask),
@@ -465,6 +476,7 @@ def _evaluate_shipped(
     laws: list,
     method: str,
     seed: int,
+    lfo_cuts: Sequence[float] | None,
     log: Callable[[str], None] | None,
 ) -> pd.DataFrame:
     """:func:`evaluate` with ``shipped=True``: the ``fit`` pipeline and its sampler."""
@@ -485,7 +497,8 @@ def _evaluate_shipped(
         target_accept=FIT_SAMPLER.target_accept,
     )
     train, test = obs.select_runs(~mask), obs.select_runs(mask)
-    result = evaluate_extrapolation(train, test, laws, options, shipped_options(method), log=log)
+    ensemble = shipped_options(method, lfo_cuts=lfo_cuts)
+    result = evaluate_extrapolation(train, test, laws, options, ensemble, log=log)
     frame = pd.DataFrame(row_records(result))
     frame.attrs["weights"] = dict(result.folds[0]["weights"])
     frame.attrs["calibration"] = calibration_lines(result)

@@ -1,6 +1,7 @@
 """Click options and reading shared by the commands that take a runs table (``fit``,
 ``evaluate``): the kept tail of each curve, tail averaging, renormalisation, a group subset,
-runs left out by an expression, and MSL's families file."""
+runs left out by an expression, MSL's families file and where the inner leave-future-out
+refits end."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ __all__ = [
     "read_runs_table",
     "exclude_option",
     "exclude_runs",
+    "lfo_cuts_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,3 +113,27 @@ def exclude_runs(runs: Any, expr: str | None, echo: Callable[[str], None]) -> tu
     excluded = [r for r, d in zip(runs.run_ids, drop, strict=True) if d]
     echo(f"excluded (--exclude {expr!r}): {len(excluded)} runs")
     return runs.subset_runs(~drop), excluded
+
+
+def _parse_cuts(ctx: click.Context, param: click.Parameter, value: str | None):
+    if value is None:
+        return None
+    try:
+        cuts = tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a comma-separated list of token counts (e.g. 2.5e5,5e5)."
+        ) from None
+    if not cuts or any(not c > 0 for c in cuts):
+        raise click.BadParameter(f"{value!r}: give one or more positive token counts.")
+    return cuts
+
+
+def lfo_cuts_option(help_text: str) -> Callable[[F], F]:
+    """``--lfo-cuts D1,D2,...``: where the inner leave-future-out refits end (tokens), parsed
+    into a tuple of floats (a usage error, exit 2, for anything else); a cut that is not a
+    budget level of the data is refused later naming the levels."""
+    return click.option(
+        "--lfo-cuts", "lfo_cuts", default=None, metavar="D1,D2,...", callback=_parse_cuts,
+        help=help_text,
+    )  # fmt: skip

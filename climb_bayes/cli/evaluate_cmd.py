@@ -12,6 +12,7 @@ from climb_bayes.cli._runs_table import (
     exclude_option,
     exclude_runs,
     families_option,
+    lfo_cuts_option,
     read_runs_table,
     runs_table_options,
 )
@@ -86,6 +87,10 @@ def _echo(msg: str) -> None:
     help="Inner leave-future-out refits of --lfo and --shipped that calibrate each law's "
     "discrepancy (as `fit --lfo`).",
 )
+@lfo_cuts_option(
+    "With --shipped: where the inner leave-future-out refits on the fitted runs end (as `fit "
+    "--lfo-cuts`; budget levels of the runs not held out)."
+)
 @click.option(
     "--laws",
     "laws_spec",
@@ -159,6 +164,7 @@ def evaluate(
     shipped: bool,
     lfo_folds: int,
     inner_lfo: str,
+    lfo_cuts: tuple[float, ...] | None,
     laws_spec: str,
     method: str,
     families_file: str,
@@ -209,6 +215,11 @@ def evaluate(
         raise ClimbError(f"--n-starts must be >= 1, got {n_starts}.")
     if lfo and lfo_folds < 1:
         raise ClimbError(f"--lfo-folds must be >= 1, got {lfo_folds}.")
+    if lfo_cuts is not None and not shipped:
+        raise ClimbError(
+            "--lfo-cuts sets the inner folds of --shipped (the outer folds of --lfo are "
+            "--lfo-folds); add --shipped."
+        )
     if shipped and lfo:
         raise ClimbError(
             "--lfo already scores what `fit` ships; --shipped goes with --holdout, "
@@ -282,7 +293,9 @@ def evaluate(
             "predict an unbounded loss there"
         )
     if shipped:
-        _evaluate_shipped(obs, mask, runs, how, laws, options, method, inner_lfo, as_json, out)
+        _evaluate_shipped(
+            obs, mask, runs, how, laws, options, method, inner_lfo, lfo_cuts, as_json, out
+        )
         return
     rows, _fits = run_evaluation(
         fit_obs, test_obs, laws, method=method, options=options, dataset=str(runs_file), log=_echo
@@ -359,6 +372,7 @@ def _evaluate_shipped(
     options: object,
     method: str,
     inner_lfo: str,
+    lfo_cuts: tuple[float, ...] | None,
     as_json: bool,
     out: Path | None,
 ) -> None:
@@ -376,7 +390,7 @@ def _evaluate_shipped(
         obs.select_runs(mask),
         laws,
         options,
-        shipped_options(method, inner_lfo),
+        shipped_options(method, inner_lfo, lfo_cuts=lfo_cuts),
         log=_echo,
     )
     head = {
@@ -385,6 +399,7 @@ def _evaluate_shipped(
         "held_out_runs": [r for r, m in zip(runs.run_ids, mask, strict=True) if m],
         "method": method,
         "inner_lfo": inner_lfo,
+        "inner_lfo_cuts": None if lfo_cuts is None else list(lfo_cuts),
     }
     _print_pipeline_result(result, head, as_json, out)
 

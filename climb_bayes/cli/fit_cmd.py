@@ -17,6 +17,7 @@ from climb_bayes.cli._runs_table import (
     exclude_option,
     exclude_runs,
     families_option,
+    lfo_cuts_option,
     read_runs_table,
     runs_table_options,
 )
@@ -137,6 +138,12 @@ def _echo(msg: str) -> None:
     "each law's extrapolation discrepancy and the stacking weights: Laplace approximations "
     "(seconds), short NUTS runs (minutes), point fits, or none (discrepancy from its prior).",
 )
+@lfo_cuts_option(
+    "Where the leave-future-out refits end: budget levels of the data below the largest, in "
+    "tokens, comma-separated (e.g. 2.5e5,5e5). Default: the two levels below the largest, the "
+    "folds nearest the full fit; earlier cuts extrapolate further but bend more "
+    "(docs/model.md, 'Early folds bend more')."
+)
 @click.option(
     "--nuts-all-laws",
     is_flag=True,
@@ -175,6 +182,7 @@ def fit(
     dataset,
     laws_spec,
     lfo,
+    lfo_cuts,
     nuts_all_laws,
     families_file,
     strict,
@@ -232,6 +240,7 @@ def fit(
         blocks=blocks,
         seed=seed,
         lfo=lfo,
+        lfo_cuts=lfo_cuts,
         nuts_all_laws=nuts_all_laws,
         families=families_file,
         progress=progress,

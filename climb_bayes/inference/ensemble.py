@@ -326,7 +326,11 @@ class EnsembleOptions:
 
 
 def shipped_options(
-    method: str = "nuts", lfo: str = "laplace", *, nuts_all_laws: bool = False
+    method: str = "nuts",
+    lfo: str = "laplace",
+    *,
+    nuts_all_laws: bool = False,
+    lfo_cuts: Sequence[float] | None = None,
 ) -> EnsembleOptions:
     """The ensemble settings of ``climb-bayes fit`` (and so of ``evaluate --shipped`` and
     ``--lfo``): a law whose stacking weight is below
@@ -341,6 +345,9 @@ def shipped_options(
         Inner leave-future-out refits (:class:`EnsembleOptions`).
     nuts_all_laws : bool
         Sample every law (``fit --nuts-all-laws``).
+    lfo_cuts : sequence of float, optional
+        The inner folds' cuts (tokens; ``fit --lfo-cuts``) instead of the
+        :attr:`EnsembleOptions.lfo_folds` cuts nearest the full fit's end.
 
     Returns
     -------
@@ -349,7 +356,10 @@ def shipped_options(
     from climb_bayes.inference.convergence import MIN_STACK_WEIGHT
 
     return EnsembleOptions(
-        method=method, lfo=lfo, nuts_min_weight=0.0 if nuts_all_laws else MIN_STACK_WEIGHT
+        method=method,
+        lfo=lfo,
+        lfo_cuts=None if lfo_cuts is None else tuple(float(c) for c in lfo_cuts),
+        nuts_min_weight=0.0 if nuts_all_laws else MIN_STACK_WEIGHT,
     )
 
 
@@ -641,7 +651,11 @@ def fit_ensemble(
                     f"{np.median(disc.trend):.2f})"
                 )
             )
-        lfo_summary[law.name] = {"folds": len(folds), "prior_median": prior.median}
+        lfo_summary[law.name] = {
+            "folds": len(folds),
+            "cuts": [fold.cut for fold in folds],
+            "prior_median": prior.median,
+        }
         if fold_k[law.name]:  # the Laplace fold refits' worst Pareto k and its threshold
             worst = max(fold_k[law.name], key=lambda kk: kk[0] - kk[1])
             lfo_summary[law.name] |= {"fold_pareto_k": worst[0], "fold_pareto_k_max": worst[1]}

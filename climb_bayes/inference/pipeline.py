@@ -19,6 +19,7 @@ from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble, shippe
 from climb_bayes.inference.ensemble_store import store_ensemble
 from climb_bayes.inference.fitresult import Fit
 from climb_bayes.inference.fitting import fit_runs
+from climb_bayes.inference.lfo import lfo_folds
 from climb_bayes.inference.nuts import NutsConfig
 from climb_bayes.laws.base import FitOptions
 from climb_bayes.laws.climb import lawfit_from_fit
@@ -84,6 +85,13 @@ def fit_runs_ensemble(
     names = [n.strip().lower() for n in laws]
     if "climb" not in names:
         raise ClimbError("--laws must include climb (the fit file is built around its posterior).")
+    ens_opts = ensemble or shipped_options(method)
+    if ens_opts.method != method:
+        raise ClimbError("the ensemble's method must be the fit's method.")
+    if ens_opts.lfo_cuts is not None:  # a cut that cannot be used fails before any fit
+        if ens_opts.lfo == "none":
+            raise ClimbError("LFO cuts need leave-future-out refits: drop --lfo none.")
+        lfo_folds(Observations.from_runs(runs), cuts=ens_opts.lfo_cuts)
     fit = fit_runs(
         runs,
         priors,
@@ -94,9 +102,6 @@ def fit_runs_ensemble(
         data_label=data_label,
         log=log,
     )
-    ens_opts = ensemble or shipped_options(method)
-    if ens_opts.method != method:
-        raise ClimbError("the ensemble's method must be the fit's method.")
     if len(names) == 1 and not ens_opts.discrepancy:
         return fit
     t0 = time.perf_counter()

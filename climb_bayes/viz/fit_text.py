@@ -107,14 +107,17 @@ def ensemble_lines(result, width: int = TEXT_WIDTH) -> list[str]:
     ]
     if rows:
         folds = rows[0][1].get("folds", 0)
+        cuts = rows[0][1].get("cuts")  # fits stored before 2026-12-05 lack them
+        at = "" if not cuts else " cut at " + ", ".join(f"{c:.3g}" for c in cuts) + " tokens"
         lines += textwrap.wrap(
-            f"leave-future-out check ({folds} fold(s): refit on the smaller budgets, predict "
+            f"leave-future-out check ({folds} fold(s){at}: refit on the smaller budgets, predict "
             "the larger; coverage of 50%/90% intervals without -> with discrepancy, the latter "
             "in-sample for the discrepancy; `evaluate --lfo`, and `evaluate --holdout EXPR "
             "--shipped` on held-out runs, score them out of sample):",
             width,
             initial_indent="  ",
             subsequent_indent="    ",
+            break_on_hyphens=False,
         )
         name_w = max(len(k) for k, _ in rows)
         for k, r in rows:

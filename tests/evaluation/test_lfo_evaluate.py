@@ -151,6 +151,32 @@ def test_evaluate_cli_shipped_needs_a_holdout(path, capsys):
     assert "--shipped goes with --holdout" in capsys.readouterr().err
 
 
+def test_lfo_cuts_choose_the_inner_folds_of_fit_and_evaluate_shipped(path, tmp_path, capsys):
+    """``--lfo-cuts``: the inner folds end where asked (recorded and printed); a cut that is
+    not a usable budget level fails with exit 2 before any fit, naming the usable ones; without
+    ``--shipped`` ``evaluate`` refuses it."""
+    out = tmp_path / "fit.nc"
+    common = ["--method", "laplace", "--laws", "climb", "--samples", "200"]
+    fit = ["fit", str(path), "--lfo-cuts", "2e9", "-o", str(out), *common]
+    assert main([*fit, "--laws", "climb,isolated"]) == 0  # two laws: the stack's lines print
+    captured = capsys.readouterr()
+    assert "leave-future-out fold 1/1: fit budgets <= 2e+09" in captured.err
+    assert "(1 fold(s) cut at 2e+09 tokens:" in captured.out
+    summary = json.loads(climb_bayes.load_fit(out).attrs["lfo_summary"])
+    assert summary["climb"]["cuts"] == [2e9] and summary["climb"]["folds"] == 1
+    assert main(["fit", str(path), "--lfo-cuts", "3e9", "-o", str(out), *common]) == 2
+    err = capsys.readouterr().err
+    assert "not a budget level below the largest; use one of 1e+09, 2e+09, 4e+09" in err
+    assert "Laplace" not in err  # refused before CLIMB's fit
+    assert main(["fit", str(path), "--lfo-cuts", "2e9,x"]) == 2
+    assert "comma-separated list of token counts" in capsys.readouterr().err
+    args = ["evaluate", str(path), "--holdout", "tokens>=8e9", "--shipped", "--lfo-cuts", "1e9"]
+    assert main([*args, *common]) == 2  # the fitted runs have one level up to 1e9
+    assert "use a later cut (2e+09)" in capsys.readouterr().err
+    assert main(["evaluate", str(path), "--holdout", "tokens>=8e9", "--lfo-cuts", "2e9"]) == 2
+    assert "add --shipped" in capsys.readouterr().err
+
+
 def test_fold_warnings_name_the_law_and_whether_the_stack_uses_it():
     folds = [
         {
