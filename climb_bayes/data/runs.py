@@ -46,6 +46,7 @@ __all__ = [
     "infer_checkpoint_series",
     "mixture_codes",
     "MODEL_SIZE_COLUMNS",
+    "MAX_LOSS_NATS",
 ]
 
 DEFAULT_TAIL_START = 0.85
@@ -60,6 +61,12 @@ CHECKPOINT_HINT_BUDGETS = 4
 per budget) is taken as one training run's checkpoints (:func:`infer_checkpoint_series`; with
 repeated budgets, a note in :meth:`RunsData.summary` instead). Below it: the Algorithm-1
 design's 2-3 budgets, whose runs of one mixture are separate runs."""
+
+MAX_LOSS_NATS = 20.0
+"""Largest validation loss (nats per token) accepted at a language with a positive share: a
+uniform guess over 485 million tokens. Above it the column is almost surely a perplexity (the
+exponential of the loss) or a sum over tokens, and fitting it as a loss would be silently wrong
+(zero-share losses, which are left out of the fit, are not checked)."""
 
 PROPORTION_TOL = 1e-6
 """Absolute tolerance on ``sum(r) == 1`` per run when ``renormalize=False``."""
@@ -1122,6 +1129,23 @@ def _normalise_columns(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _loss_problem(v: float) -> tuple[str, str]:
+    """Problem and fix for a positive-share loss ``v`` that is not a finite value in
+    ``(0, MAX_LOSS_NATS]`` (an empty one is the caller's)."""
+    if np.isfinite(v) and v > MAX_LOSS_NATS:
+        return (
+            f"loss {v:.6g} is above {MAX_LOSS_NATS:g} nats per token (a uniform guess over "
+            f"{math.exp(MAX_LOSS_NATS):.3g} tokens): it looks like a perplexity or a sum over "
+            "tokens",
+            "write the mean validation cross-entropy in nats per token (the natural log of a "
+            "perplexity; a loss in bits times ln 2 = 0.693)",
+        )
+    return (
+        f"loss must be a finite value > 0 (nats per token), got {v:.6g}",
+        "write the mean validation cross-entropy in nats per token",
+    )
+
+
 def _check_one_model(frame: pd.DataFrame, source: str) -> None:
     """Refuse a table whose :data:`MODEL_SIZE_COLUMNS` column holds several values.
 
@@ -1407,7 +1431,7 @@ def _parse_wide(
         col = loss_cols[name]
         values = _numeric(df, col, source)
         positive = props[:, j] > 0
-        bad = positive & ~(np.isfinite(values) & (values > 0))
+        bad = positive & ~(np.isfinite(values) & (values > 0) & (values <= MAX_LOSS_NATS))
         bad |= np.isfinite(values) & (values <= 0)
         if bad.any():
             i = _first(bad)
@@ -1419,8 +1443,7 @@ def _parse_wide(
                     "if the run did not train on it"
                 )
             else:
-                problem = f"loss must be a finite value > 0 (nats per token), got {v:.6g}"
-                fix = "write the mean validation cross-entropy in nats per token"
+                problem, fix = _loss_problem(v)
             _fail(source, problem, fix, row=int(rows[i]), column=col)
         loss[:, j] = values
 
@@ -1610,6 +1633,7 @@ def _parse_long(
     positive = prop > 0
     bad = kept_lang & np.isfinite(loss) & (loss <= 0)
     bad |= kept_lang & in_tail & positive & ~np.isfinite(loss)
+    bad |= kept_lang & positive & np.isfinite(loss) & (loss > MAX_LOSS_NATS)
     if bad.any():
         i = _first(bad)
         v = loss[i]
@@ -1623,8 +1647,7 @@ def _parse_long(
                 "(a missing eval is better than an empty one)"
             )
         else:
-            problem = f"loss must be a finite value > 0 (nats per token), got {v:.6g}"
-            fix = "write the mean validation cross-entropy in nats per token"
+            problem, fix = _loss_problem(v)
         _fail(source, problem, fix, row=int(rows[i]), column="loss")
 
     # Tail filter: every run needs a point in the tail.

@@ -301,6 +301,27 @@ def test_run_series_errors_name_row_column_and_fix():
         runs_from_frame(long, source="ckpt.csv")
 
 
+def test_perplexities_are_refused_as_losses():
+    """A loss above MAX_LOSS_NATS at a positive share (a perplexity, most likely) is refused,
+    naming the row and column; a zero-share loss, which is left out of the fit, is not
+    checked."""
+    df = wide_frame()
+    df.loc[1, "loss_fr"] = 33.1  # exp(3.5)
+    with pytest.raises(RunsFormatError) as err:
+        runs_from_frame(df, source="ppl.csv")
+    msg = str(err.value)
+    assert msg.startswith("ppl.csv, row 3, column 'loss_fr': loss 33.1 is above 20 nats")
+    assert "perplexity" in msg and "natural log" in msg
+    ok = wide_frame()
+    ok.loc[2, "loss_en"] = 25.0  # r_en = 0 there: excluded, as 5.5 was
+    assert runs_from_frame(ok).n_excluded_zero_share == 1
+    long = long_frame()
+    long.loc[5, "loss"] = 90.0  # run x, fr at r = 0: not checked
+    long.loc[6, "loss"] = 54.6  # run y, en at r = 0.5
+    with pytest.raises(RunsFormatError, match=r"row 8, column 'loss': loss 54.6 is above 20"):
+        runs_from_frame(long)
+
+
 def test_tables_that_mix_model_sizes_are_refused():
     """A column naming the model (Data Mixing Laws' ``model_size_label``) with two values: the
     laws have no model-size term, so the table is refused at the first row of the second model;
