@@ -66,7 +66,8 @@ MAX_LOSS_NATS = 20.0
 """Largest validation loss (nats per token) accepted at a language with a positive share: a
 uniform guess over 485 million tokens. Above it the column is almost surely a perplexity (the
 exponential of the loss) or a sum over tokens, and fitting it as a loss would be silently wrong
-(zero-share losses, which are left out of the fit, are not checked)."""
+(zero-share losses and, in the long form, curve points before the fitted tail, which are
+left out of the fit, are not checked)."""
 
 PROPORTION_TOL = 1e-6
 """Absolute tolerance on ``sum(r) == 1`` per run when ``renormalize=False``."""
@@ -1633,7 +1634,7 @@ def _parse_long(
     positive = prop > 0
     bad = kept_lang & np.isfinite(loss) & (loss <= 0)
     bad |= kept_lang & in_tail & positive & ~np.isfinite(loss)
-    bad |= kept_lang & positive & np.isfinite(loss) & (loss > MAX_LOSS_NATS)
+    bad |= kept_lang & in_tail & positive & np.isfinite(loss) & (loss > MAX_LOSS_NATS)
     if bad.any():
         i = _first(bad)
         v = loss[i]

@@ -303,8 +303,8 @@ def test_run_series_errors_name_row_column_and_fix():
 
 def test_perplexities_are_refused_as_losses():
     """A loss above MAX_LOSS_NATS at a positive share (a perplexity, most likely) is refused,
-    naming the row and column; a zero-share loss, which is left out of the fit, is not
-    checked."""
+    naming the row and column; a zero-share loss and a curve point before the tail, which are
+    left out of the fit, are not checked."""
     df = wide_frame()
     df.loc[1, "loss_fr"] = 33.1  # exp(3.5)
     with pytest.raises(RunsFormatError) as err:
@@ -317,8 +317,10 @@ def test_perplexities_are_refused_as_losses():
     assert runs_from_frame(ok).n_excluded_zero_share == 1
     long = long_frame()
     long.loc[5, "loss"] = 90.0  # run x, fr at r = 0: not checked
-    long.loc[6, "loss"] = 54.6  # run y, en at r = 0.5
-    with pytest.raises(RunsFormatError, match=r"row 8, column 'loss': loss 54.6 is above 20"):
+    long.loc[6, "loss"] = 25.0  # run y, en at half its budget: before the tail, not checked
+    assert runs_from_frame(long).n_obs == runs_from_frame(long_frame()).n_obs
+    long.loc[8, "loss"] = 54.6  # run y, en at 90% of its budget: in the tail
+    with pytest.raises(RunsFormatError, match=r"row 10, column 'loss': loss 54.6 is above 20"):
         runs_from_frame(long)
 
 
