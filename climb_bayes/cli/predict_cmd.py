@@ -203,6 +203,8 @@ def predict(
     click.echo(predictive_line(ens, combine))
     if run is not None:
         click.echo(_continuation_line(run, ens))
+    elif mixture is not None and (hint := _continuation_hint(fit, mixes[0].shares)):
+        click.echo(hint)
     if fit.method == "map":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
@@ -284,6 +286,15 @@ def _predict_many(
     click.echo(fit_header(fit, fit_file))
     click.echo(predictive_line(ens, combine))
     click.echo(f"{many.source} x {len(budgets)} budget(s)")
+    if many.series is None:
+        matched = [n for n, r in zip(many.names, many.shares, strict=True) if _matches(fit, r)]
+        if matched:
+            click.echo(
+                f"note: {len(matched)} of these mixtures ({', '.join(matched[:4])}"
+                f"{', ...' if len(matched) > 4 else ''}) are those of checkpointed training runs "
+                "of the fit: their rows are new runs; `--continue-run NAME` (or `all`) predicts "
+                "the fitted runs continued, their fitted deviation carried forward"
+            )
     if many.series is not None and (warning := _no_run_effect_warning(ens)):
         click.echo(warning)
     pred = table[table["quantity"] == "predictive"]
@@ -301,6 +312,28 @@ def _predict_many(
     if out is not None:
         write_frame(table, out)
         echo_err(f"wrote {out}")
+
+
+def _matches(fit: object, shares: np.ndarray) -> list:
+    from climb_bayes.decisions.continuation import runs_with_mixture
+
+    return runs_with_mixture(fit.runs, shares)
+
+
+def _continuation_hint(fit: object, shares: np.ndarray) -> str:
+    """A note when the asked mixture is that of checkpointed training runs of the fit (else
+    ``""``): the rows are a new run, ``--continue-run`` would continue the fitted one."""
+    runs = _matches(fit, shares)
+    if not runs:
+        return ""
+    names = ", ".join(r.name for r in runs[:3]) + (", ..." if len(runs) > 3 else "")
+    last = max(r.last_budget for r in runs)
+    return (
+        f"note: this is the mixture of {len(runs)} checkpointed training run(s) of the fit "
+        f"({names}; latest checkpoint at {fmt_tokens(last)} tokens): the rows below are a new "
+        f"run of it; `--continue-run {runs[0].name}` predicts that run continued, its fitted "
+        "deviation from the law carried forward"
+    )
 
 
 def _continuation_line(run: object, ens: object) -> str:

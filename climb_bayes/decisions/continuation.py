@@ -25,7 +25,7 @@ import numpy as np
 from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
 
-__all__ = ["ALL_RUNS", "ContinuedRun", "continued_run", "continued_runs"]
+__all__ = ["ALL_RUNS", "ContinuedRun", "continued_run", "continued_runs", "runs_with_mixture"]
 
 ALL_RUNS = "all"
 """The name that asks :func:`continued_runs` for every training run of the fit."""
@@ -156,3 +156,35 @@ def continued_runs(runs: RunsData, names: str | Sequence[str]) -> list[Continued
             )
         seen[run.series] = run.run_id
     return out
+
+
+def runs_with_mixture(runs: RunsData, shares: np.ndarray, atol: float = 1e-6) -> list[ContinuedRun]:
+    """The fitted training runs with several checkpoints whose mixture is ``shares``.
+
+    ``predict --mixture`` asks for a *new* run of a mixture; where the fitted table holds a
+    checkpointed training run of that very mixture, the user often wants that run continued
+    (``--continue-run``), whose prediction carries the run's fitted deviation forward: on
+    rp-160M's held-out final checkpoints (``benchmarks/cli_path.py``, 2026-12-05) MRE 0.36%
+    continued against 0.71% as new runs. ``predict`` names such runs in a note.
+
+    Parameters
+    ----------
+    runs : RunsData
+        The fitted table.
+    shares : numpy.ndarray
+        ``(m,)`` mixture.
+    atol : float
+        Largest difference of any share.
+
+    Returns
+    -------
+    list of ContinuedRun
+        One per matching training run with at least two checkpoints, in the table's order
+        (named as ``continued_runs(runs, "all")`` names them).
+    """
+    shares = np.asarray(shares, dtype=float)
+    return [
+        run
+        for run in continued_runs(runs, ALL_RUNS)
+        if len(run.checkpoints) >= 2 and np.allclose(run.shares, shares, rtol=0.0, atol=atol)
+    ]

@@ -12,7 +12,7 @@ import climb_bayes as cb
 from climb_bayes.cli import main
 from climb_bayes.data.design import algorithm1_design
 from climb_bayes.data.runs import SERIES_COLUMN, runs_from_frame
-from climb_bayes.decisions.continuation import continued_run, continued_runs
+from climb_bayes.decisions.continuation import continued_run, continued_runs, runs_with_mixture
 from climb_bayes.errors import ClimbError
 from climb_bayes.model.simulate import example_params, simulate_runs
 
@@ -121,6 +121,31 @@ def test_all_resolves_each_training_run_by_index_not_by_its_label():
         ("solo", "b@1k", ("b@1k",)),
     ]
     assert continued_run(runs, "b@1k").checkpoints == ("b@1k",)  # a run_id wins as a name
+
+
+def test_predict_names_the_checkpointed_runs_of_an_asked_mixture(world, tmp_path, capsys):
+    """``predict --mixture`` of a mixture the fit holds checkpointed training runs of says so and
+    names ``--continue-run``; a mixture of no fitted run, and a run with one checkpoint, do
+    not."""
+    runs, fit, *_ = world
+    found = runs_with_mixture(runs, np.array([0.4, 0.2, 0.4]))
+    assert [r.name for r in found] == ["s0-de-c0.2", "s1-de-c0.2", "s2-de-c0.2"]
+    assert runs_with_mixture(runs, np.array([0.4, 0.2 + 1e-4, 0.4 - 1e-4])) == []
+    single = runs.subset_runs(runs.run_budgets < 1e10)  # the 5B checkpoints only
+    assert runs_with_mixture(single, np.array([0.4, 0.2, 0.4])) == []
+    path = fit.save(tmp_path / "fit.nc")
+    args = ["predict", str(path), "--budget", "1e11", "--mixture"]
+    assert main([*args, "en=0.4,de=0.2,zh=0.4"]) == 0
+    text = capsys.readouterr().out
+    assert "note: this is the mixture of 3 checkpointed training run(s) of the fit" in text
+    assert "`--continue-run s0-de-c0.2` predicts that run continued" in text
+    assert main([*args, "en=0.3,de=0.3,zh=0.4"]) == 0
+    assert "checkpointed training run" not in capsys.readouterr().out
+    mixtures = tmp_path / "m.csv"
+    mixtures.write_text("name,r_en,r_de,r_zh\nde-c0.2,0.4,0.2,0.4\nother,0.3,0.3,0.4\n")
+    assert main(["predict", str(path), "--budget", "1e11", "--mixtures", str(mixtures)]) == 0
+    text = capsys.readouterr().out
+    assert "note: 1 of these mixtures (de-c0.2) are those of checkpointed" in text
 
 
 def test_continuing_a_run_carries_its_deviation_forward(world):
