@@ -100,7 +100,14 @@ MODEL_SIZE_COLUMNS = frozenset(
 )
 """Extra columns read as a model's size or name (compared lower-case, spaces and hyphens as
 underscores): a table whose rows hold several values in one of them mixes model sizes, which no
-law here has a term for, and is refused (:func:`read_runs`)."""
+law here has a term for, and is refused (:func:`read_runs`). The parameter-count names
+(:data:`_PARAM_COUNT_COLUMNS`) count only where every value reads as a size (``70M``, ``1.3B``,
+``160000000``): a column ``params`` of hyper-parameter strings is an ordinary extra column."""
+
+_PARAM_COUNT_COLUMNS = frozenset(
+    {"model_params", "n_params", "num_params", "params", "parameters", "non_embedding_params"}
+)
+_SIZE_VALUE = r"^\s*\d+(\.\d+)?([eE][+-]?\d+)?\s*[kKmMbBtT]?\s*$"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1162,6 +1169,8 @@ def _check_one_model(frame: pd.DataFrame, source: str) -> None:
         if key not in MODEL_SIZE_COLUMNS:
             continue
         values = frame[column][~_is_blank(frame[column])].astype(str).str.strip()
+        if key in _PARAM_COUNT_COLUMNS and not values.str.match(_SIZE_VALUE).all():
+            continue  # e.g. hyper-parameter strings: not a model size
         distinct = list(dict.fromkeys(values))
         if len(distinct) > 1:
             shown = ", ".join(distinct[:5]) + (", ..." if len(distinct) > 5 else "")

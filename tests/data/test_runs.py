@@ -339,9 +339,14 @@ def test_tables_that_mix_model_sizes_are_refused():
     long["model_size_label"] = ["410M"] * 6 + ["1B"] * 6
     with pytest.raises(RunsFormatError, match=r"row 8, column 'model_size_label'"):
         runs_from_frame(long)
+    counts = wide_frame()
+    counts["n_params"] = [7e7, 7e7, 1.6e8]
+    with pytest.raises(RunsFormatError, match=r"column 'n_params': the table mixes 2 models"):
+        runs_from_frame(counts)
     one = wide_frame()
     one["model"] = ["70M", "70M", ""]
     one["size"] = [1, 2, 3]  # not a model column: ignored like any extra one
+    one["params"] = ["lr=1e-3", "lr=3e-4", "lr=1e-3"]  # hyper-parameters, not a model size
     assert runs_from_frame(one).run_ids == ("a", "b", "c")
 
 
