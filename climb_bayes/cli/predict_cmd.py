@@ -287,7 +287,10 @@ def _predict_many(
     click.echo(predictive_line(ens, combine))
     click.echo(f"{many.source} x {len(budgets)} budget(s)")
     if many.series is None:
-        matched = [n for n, r in zip(many.names, many.shares, strict=True) if _matches(fit, r)]
+        from climb_bayes.decisions.continuation import runs_with_mixtures
+
+        found = runs_with_mixtures(fit.runs, many.shares)
+        matched = [n for n, runs in zip(many.names, found, strict=True) if runs]
         if matched:
             click.echo(
                 f"note: {len(matched)} of these mixtures ({', '.join(matched[:4])}"
@@ -314,16 +317,12 @@ def _predict_many(
         echo_err(f"wrote {out}")
 
 
-def _matches(fit: object, shares: np.ndarray) -> list:
-    from climb_bayes.decisions.continuation import runs_with_mixture
-
-    return runs_with_mixture(fit.runs, shares)
-
-
 def _continuation_hint(fit: object, shares: np.ndarray) -> str:
     """A note when the asked mixture is that of checkpointed training runs of the fit (else
     ``""``): the rows are a new run, ``--continue-run`` would continue the fitted one."""
-    runs = _matches(fit, shares)
+    from climb_bayes.decisions.continuation import runs_with_mixtures
+
+    (runs,) = runs_with_mixtures(fit.runs, shares[None])
     if not runs:
         return ""
     names = ", ".join(r.name for r in runs[:3]) + (", ..." if len(runs) > 3 else "")

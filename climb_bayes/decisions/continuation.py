@@ -25,7 +25,7 @@ import numpy as np
 from climb_bayes.data.runs import RunsData
 from climb_bayes.errors import ClimbError
 
-__all__ = ["ALL_RUNS", "ContinuedRun", "continued_run", "continued_runs", "runs_with_mixture"]
+__all__ = ["ALL_RUNS", "ContinuedRun", "continued_run", "continued_runs", "runs_with_mixtures"]
 
 ALL_RUNS = "all"
 """The name that asks :func:`continued_runs` for every training run of the fit."""
@@ -158,8 +158,11 @@ def continued_runs(runs: RunsData, names: str | Sequence[str]) -> list[Continued
     return out
 
 
-def runs_with_mixture(runs: RunsData, shares: np.ndarray, atol: float = 1e-6) -> list[ContinuedRun]:
-    """The fitted training runs with several checkpoints whose mixture is ``shares``.
+def runs_with_mixtures(
+    runs: RunsData, shares: np.ndarray, atol: float = 1e-6
+) -> list[list[ContinuedRun]]:
+    """For each mixture of ``shares``, the fitted training runs with several checkpoints that
+    have it.
 
     ``predict --mixture`` asks for a *new* run of a mixture; where the fitted table holds a
     checkpointed training run of that very mixture, the user often wants that run continued
@@ -172,19 +175,18 @@ def runs_with_mixture(runs: RunsData, shares: np.ndarray, atol: float = 1e-6) ->
     runs : RunsData
         The fitted table.
     shares : numpy.ndarray
-        ``(m,)`` mixture.
+        ``(K, m)`` mixtures.
     atol : float
         Largest difference of any share.
 
     Returns
     -------
-    list of ContinuedRun
-        One per matching training run with at least two checkpoints, in the table's order
-        (named as ``continued_runs(runs, "all")`` names them).
+    list of list of ContinuedRun
+        Per mixture, the matching training runs with at least two checkpoints, in the table's
+        order (named as ``continued_runs(runs, "all")`` names them).
     """
-    shares = np.asarray(shares, dtype=float)
+    checkpointed = [r for r in continued_runs(runs, ALL_RUNS) if len(r.checkpoints) >= 2]
     return [
-        run
-        for run in continued_runs(runs, ALL_RUNS)
-        if len(run.checkpoints) >= 2 and np.allclose(run.shares, shares, rtol=0.0, atol=atol)
+        [r for r in checkpointed if np.allclose(r.shares, row, rtol=0.0, atol=atol)]
+        for row in np.atleast_2d(np.asarray(shares, dtype=float))
     ]

@@ -324,6 +324,13 @@ class EnsembleOptions:
     correlate: bool = True
     stacking_bootstrap: int = STACKING_BOOTSTRAP
 
+    def __post_init__(self) -> None:
+        if self.lfo_cuts is not None and self.lfo == "none":
+            raise ClimbError(
+                "LFO cuts need leave-future-out refits, which lfo='none' (fit --lfo none, "
+                "evaluate --inner-lfo none) turns off: drop one or the other."
+            )
+
 
 def shipped_options(
     method: str = "nuts",

@@ -89,8 +89,6 @@ def fit_runs_ensemble(
     if ens_opts.method != method:
         raise ClimbError("the ensemble's method must be the fit's method.")
     if ens_opts.lfo_cuts is not None:  # a cut that cannot be used fails before any fit
-        if ens_opts.lfo == "none":
-            raise ClimbError("LFO cuts need leave-future-out refits: drop --lfo none.")
         lfo_folds(Observations.from_runs(runs), cuts=ens_opts.lfo_cuts)
     fit = fit_runs(
         runs,

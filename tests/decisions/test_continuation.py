@@ -12,7 +12,7 @@ import climb_bayes as cb
 from climb_bayes.cli import main
 from climb_bayes.data.design import algorithm1_design
 from climb_bayes.data.runs import SERIES_COLUMN, runs_from_frame
-from climb_bayes.decisions.continuation import continued_run, continued_runs, runs_with_mixture
+from climb_bayes.decisions.continuation import continued_run, continued_runs, runs_with_mixtures
 from climb_bayes.errors import ClimbError
 from climb_bayes.model.simulate import example_params, simulate_runs
 
@@ -128,11 +128,13 @@ def test_predict_names_the_checkpointed_runs_of_an_asked_mixture(world, tmp_path
     names ``--continue-run``; a mixture of no fitted run, and a run with one checkpoint, do
     not."""
     runs, fit, *_ = world
-    found = runs_with_mixture(runs, np.array([0.4, 0.2, 0.4]))
+    found, off = runs_with_mixtures(
+        runs, np.array([[0.4, 0.2, 0.4], [0.4, 0.2 + 1e-4, 0.4 - 1e-4]])
+    )
     assert [r.name for r in found] == ["s0-de-c0.2", "s1-de-c0.2", "s2-de-c0.2"]
-    assert runs_with_mixture(runs, np.array([0.4, 0.2 + 1e-4, 0.4 - 1e-4])) == []
+    assert off == []
     single = runs.subset_runs(runs.run_budgets < 1e10)  # the 5B checkpoints only
-    assert runs_with_mixture(single, np.array([0.4, 0.2, 0.4])) == []
+    assert runs_with_mixtures(single, np.array([[0.4, 0.2, 0.4]])) == [[]]
     path = fit.save(tmp_path / "fit.nc")
     args = ["predict", str(path), "--budget", "1e11", "--mixture"]
     assert main([*args, "en=0.4,de=0.2,zh=0.4"]) == 0

@@ -173,6 +173,8 @@ def test_lfo_cuts_choose_the_inner_folds_of_fit_and_evaluate_shipped(path, tmp_p
     args = ["evaluate", str(path), "--holdout", "tokens>=8e9", "--shipped", "--lfo-cuts", "1e9"]
     assert main([*args, *common]) == 2  # the fitted runs have one level up to 1e9
     assert "use a later cut (2e+09)" in capsys.readouterr().err
+    assert main([*args, "--inner-lfo", "none", *common]) == 2  # cuts of refits turned off
+    assert "evaluate --inner-lfo none" in capsys.readouterr().err
     assert main(["evaluate", str(path), "--holdout", "tokens>=8e9", "--lfo-cuts", "2e9"]) == 2
     assert "add --shipped" in capsys.readouterr().err
 
