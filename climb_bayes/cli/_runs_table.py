@@ -24,9 +24,33 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _parse_where(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+    where: dict[str, str] = {}
+    for item in value:
+        column, sep, wanted = item.partition("=")
+        if not sep or not column.strip() or not wanted.strip():
+            raise click.BadParameter(
+                f"{item!r} is not COLUMN=VALUE (e.g. --where model_size_label=70M)."
+            )
+        if column.strip() in where:
+            raise click.BadParameter(f"column {column.strip()!r} is selected twice.")
+        where[column.strip()] = wanted.strip()
+    return where or None
+
+
 def runs_table_options(languages_help: str) -> Callable[[F], F]:
-    """``--tail-start``, ``--tail-average``, ``--renormalize``, ``--languages`` (in this order)."""
+    """``--where``, ``--tail-start``, ``--tail-average``, ``--renormalize``, ``--languages``
+    (in this order)."""
     options = [
+        click.option(
+            "--where",
+            multiple=True,
+            metavar="COLUMN=VALUE",
+            callback=_parse_where,
+            help="Keep only the table's rows whose COLUMN holds VALUE (text, or an equal "
+            "number); repeat to combine. E.g. one model of a table that holds several: "
+            "--where model_size_label=70M.",
+        ),
         click.option(
             "--tail-start",
             type=float,
@@ -80,6 +104,7 @@ def read_runs_table(
     tail_average: int | None,
     renormalize: bool,
     languages: str | None,
+    where: dict[str, str] | None = None,
 ) -> Any:
     """:func:`climb_bayes.data.runs.read_runs` with the options of :func:`runs_table_options`."""
     from climb_bayes.data.runs import read_runs
@@ -91,6 +116,7 @@ def read_runs_table(
         renormalize=renormalize,
         languages=langs,
         tail_average=tail_average,
+        where=where,
     )
 
 

@@ -175,6 +175,7 @@ def evaluate(
     samples: int | None,
     target_accept: float | None,
     priors_file: Path | None,
+    where: dict[str, str] | None,
     tail_start: float,
     tail_average: int | None,
     renormalize: bool,
@@ -241,6 +242,7 @@ def evaluate(
         tail_average=tail_average,
         renormalize=renormalize,
         languages=languages,
+        where=where,
     )
     family_choice = resolve_families(families_file, runs.languages)
     laws = parse_laws(laws_spec, families=family_choice.mapping)

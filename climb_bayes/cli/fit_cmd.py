@@ -174,6 +174,7 @@ def fit(
     priors_file,
     likelihood,
     hierarchical_transfer,
+    where,
     tail_start,
     tail_average,
     renormalize,
@@ -215,7 +216,11 @@ def fit(
         tail_average=tail_average,
         renormalize=renormalize,
         languages=languages,
+        where=where,
     )
+    if where:
+        note = "rows where " + ", ".join(f"{c} = {v}" for c, v in where.items())
+        label = f"{label}; {note}" if label else note
     runs, excluded = exclude_runs(runs, exclude_expr, _echo)
     if excluded:
         note = f"{len(excluded)} runs excluded by --exclude {exclude_expr!r}"

@@ -23,8 +23,9 @@ import hashlib
 import io
 import math
 import os
+import shlex
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -725,6 +726,7 @@ def read_runs(
     renormalize: bool = False,
     languages: Sequence[str] | None = None,
     tail_average: int | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> RunsData:
     """Read and validate a runs table from a CSV or Parquet file.
 
@@ -746,6 +748,12 @@ def read_runs(
     tail_average : int, optional
         Average each run's last ``k`` evaluation points into one
         (:meth:`RunsData.average_tail`; the paper's practice with ``k = 3``).
+    where : mapping of str to str or number, optional
+        Keep only the rows whose column ``c`` holds ``v`` for every ``c: v`` (before anything
+        else is read; row numbers in errors stay the file's). A cell matches when its text
+        equals ``v`` or both are equal numbers. The way to fit one model of a published table
+        that holds several (``{"model_size_label": "70M"}``): a table whose model column
+        (:data:`MODEL_SIZE_COLUMNS`) holds several values is refused.
 
     Returns
     -------
@@ -798,6 +806,7 @@ def read_runs(
         renormalize=renormalize,
         languages=languages,
         tail_average=tail_average,
+        where=where,
     )
 
 
@@ -809,6 +818,7 @@ def runs_from_frame(
     renormalize: bool = False,
     languages: Sequence[str] | None = None,
     tail_average: int | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> RunsData:
     """Validate a runs table held in a pandas DataFrame.
 
@@ -819,7 +829,7 @@ def runs_from_frame(
         messages are the 0-based position plus 2 (as if the frame were a CSV file).
     source : str, default "<frame>"
         Name used in error messages and stored in :attr:`RunsData.source`.
-    tail_start, renormalize, languages, tail_average
+    tail_start, renormalize, languages, tail_average, where
         As in :func:`read_runs`.
 
     Returns
@@ -845,6 +855,7 @@ def runs_from_frame(
         renormalize=renormalize,
         languages=languages,
         tail_average=tail_average,
+        where=where,
     )
 
 
@@ -946,7 +957,7 @@ def _numeric(df: pd.DataFrame, column: str, source: str) -> np.ndarray:
             source,
             f"value {s.iloc[i]!r} is not a number",
             "write plain numbers (e.g. 5e9, 0.25, 3.41), or leave the cell empty where allowed",
-            row=i + _ROW_OFFSET,
+            row=_row_number(df, i),
             column=column,
         )
     return values
@@ -962,7 +973,7 @@ def _labels(df: pd.DataFrame, column: str, source: str) -> np.ndarray:
             source,
             "the cell is empty",
             f"give every row a {column}",
-            row=i + _ROW_OFFSET,
+            row=_row_number(df, i),
             column=column,
         )
     return np.asarray(s.astype(str).str.strip().to_numpy(dtype=object), dtype=object)
@@ -1049,10 +1060,10 @@ def _series_codes(
         _fail(
             source,
             f"run '{run_ids[r]}' has run_series {per_run[r] or '(empty)'!r} on row "
-            f"{first_row[r] + _ROW_OFFSET} and {labels[i] or '(empty)'!r} here",
+            f"{_row_number(df, first_row[r])} and {labels[i] or '(empty)'!r} here",
             "give every row of a run the same run_series (the training run its "
             "checkpoints belong to)",
-            row=i + _ROW_OFFSET,
+            row=_row_number(df, i),
             column=SERIES_COLUMN,
         )
     # a blank label: the run is its own trajectory (a label no written one can equal)
@@ -1077,11 +1088,19 @@ def _series_codes(
     return codes, tuple(str(x) for x in per_run)
 
 
+def _row_number(df: pd.DataFrame, i: int) -> int:
+    """Spreadsheet row of the frame's ``i``-th row (its row in the file, also after a
+    ``where`` selection kept only some rows)."""
+    return int(df.index[int(i)]) + _ROW_OFFSET
+
+
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def _check_positive_tokens(values: np.ndarray, column: str, source: str, what: str) -> None:
+def _check_positive_tokens(
+    values: np.ndarray, column: str, source: str, what: str, rows: np.ndarray
+) -> None:
     bad = ~(np.isfinite(values) & (values > 0))
     if bad.any():
         i = _first(bad)
@@ -1091,7 +1110,7 @@ def _check_positive_tokens(values: np.ndarray, column: str, source: str, what: s
             source,
             problem,
             f"write {what} as a count of tokens (e.g. 5e9), > 0",
-            row=i + _ROW_OFFSET,
+            row=int(rows[i]),
             column=column,
         )
 
@@ -1154,6 +1173,61 @@ def _loss_problem(v: float) -> tuple[str, str]:
     )
 
 
+def _select_rows(
+    frame: pd.DataFrame, where: Mapping[str, object] | None, source: str
+) -> pd.DataFrame:
+    """The rows whose column ``c`` holds ``v`` for every ``c = v`` of ``where`` (row numbers in
+    later errors stay the file's).
+
+    A value matches a cell when their stripped texts are equal, or when both read as numbers
+    and are equal (``70e6`` matches ``70000000``; a size like ``70M`` is compared as text).
+    """
+    if not where:
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    for name, wanted in where.items():
+        column = _find_column(frame, str(name))
+        if column is None:
+            _fail(
+                source,
+                f"the selection {name}={wanted} names no column of the table (columns: "
+                f"{', '.join(frame.columns)})",
+                "name one of the table's columns (as written in its header)",
+            )
+        cells = frame[column].astype(str).str.strip()
+        text = str(wanted).strip()
+        match = np.array(cells == text, dtype=bool)
+        number = pd.to_numeric(pd.Series([text]), errors="coerce").iloc[0]
+        if not pd.isna(number):
+            numeric = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+            match |= np.isclose(numeric, float(number), rtol=1e-12, atol=0.0)
+        if not (keep & match).any():
+            seen = list(dict.fromkeys(cells[~_is_blank(frame[column])]))
+            shown = ", ".join(seen[:8]) + (", ..." if len(seen) > 8 else "")
+            _fail(
+                source,
+                f"no row has {column} = {text}"
+                + (" among the rows the other selections keep" if match.any() else "")
+                + f" (values in the column: {shown or 'none'})",
+                "give one of the column's values, e.g. --where "
+                + shlex.quote(f"{column}={seen[0]}")
+                if seen
+                else f"fill the column '{column}' or drop the selection",
+                column=column,
+            )
+        keep &= match
+    return frame[keep]
+
+
+def _find_column(frame: pd.DataFrame, name: str) -> str | None:
+    """The frame's column called ``name`` (exactly, else ignoring case), or None."""
+    name = name.strip()
+    if name in frame.columns:
+        return name
+    folded = [c for c in frame.columns if c.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 else None
+
+
 def _check_one_model(frame: pd.DataFrame, source: str) -> None:
     """Refuse a table whose :data:`MODEL_SIZE_COLUMNS` column holds several values.
 
@@ -1179,9 +1253,10 @@ def _check_one_model(frame: pd.DataFrame, source: str) -> None:
                 source,
                 f"the table mixes {len(distinct)} models ({shown}); the laws here have no "
                 "model-size term, so runs of different models cannot be fitted as one law",
-                f"write one table per value of '{column}' and fit each on its own (rows with "
-                f"'{column}' = {distinct[0]} first), or drop the column if its values name the "
-                "same model",
+                f"fit one model at a time, e.g. --where {shlex.quote(f'{column}={distinct[0]}')} "
+                "(read_runs(..., "
+                f"where={{'{column}': '{distinct[0]}'}})), or drop the column if its values "
+                "name the same model",
                 row=int(values.index[first]) + _ROW_OFFSET,
                 column=column,
             )
@@ -1330,10 +1405,13 @@ def _from_frame(
     renormalize: bool,
     languages: Sequence[str] | None,
     tail_average: int | None,
+    where: Mapping[str, object] | None = None,
 ) -> RunsData:
     """Validate a frame (either form), average tails if asked, warn when data are few."""
     tail = _check_tail_start(tail_start, source)
-    frame = _normalise_columns(df, source)
+    frame = _select_rows(_normalise_columns(df, source), where, source)
+    if where:  # the selection is part of what was read: errors and the fit file name it
+        source += " [where " + ", ".join(f"{c}={str(v).strip()}" for c, v in where.items()) + "]"
     _check_one_model(frame, source)
     form = _detect_form(list(frame.columns), source)
     parse = _parse_wide if form == "wide" else _parse_long
@@ -1402,7 +1480,7 @@ def _parse_wide(
             )
 
     n = len(df)
-    rows = np.arange(n) + _ROW_OFFSET
+    rows = df.index.to_numpy() + _ROW_OFFSET
     run_ids = _labels(df, "run_id", source)
     dup = pd.Series(run_ids).duplicated(keep=False).to_numpy()
     if dup.any():
@@ -1417,7 +1495,7 @@ def _parse_wide(
             column="run_id",
         )
     tokens = _numeric(df, "tokens", source)
-    _check_positive_tokens(tokens, "tokens", source, "each run's total training budget")
+    _check_positive_tokens(tokens, "tokens", source, "each run's total training budget", rows)
 
     props_all = np.empty((n, len(all_langs)), dtype=np.float64)
     for j, name in enumerate(all_langs):
@@ -1501,8 +1579,7 @@ def _parse_long(
 ) -> RunsData:
     columns = list(df.columns)
     _missing_columns(columns, _LONG_REQUIRED, source, "long")
-    n = len(df)
-    rows = np.arange(n) + _ROW_OFFSET
+    rows = df.index.to_numpy() + _ROW_OFFSET
 
     run_labels = _labels(df, "run_id", source)
     lang_labels = _labels(df, "language", source)
@@ -1511,8 +1588,12 @@ def _parse_long(
     prop = _numeric(df, "proportion", source)
     loss = _numeric(df, "loss", source)
 
-    _check_positive_tokens(budget, "budget_tokens", source, "each run's total training budget")
-    _check_positive_tokens(tokens, "tokens_seen", source, "the tokens seen at each eval point")
+    _check_positive_tokens(
+        budget, "budget_tokens", source, "each run's total training budget", rows
+    )
+    _check_positive_tokens(
+        tokens, "tokens_seen", source, "the tokens seen at each eval point", rows
+    )
     over = tokens > budget * (1.0 + TOKENS_REL_SLACK)
     if over.any():
         i = _first(over)

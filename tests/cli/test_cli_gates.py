@@ -400,3 +400,32 @@ def test_predict_combine_option_names_the_rule(good_fit_path, capsys):
         ["predict", good_fit_path, "--budget", "1e11", "--combine", "average"], capsys
     )
     assert code == 2 and "average" in err
+
+
+def test_fit_where_fits_one_model_of_a_table_and_records_it(sim_frame3, tmp_path, capsys):
+    """A table holding two models is refused (exit 2, the fix names ``--where``); ``--where``
+    fits one of them and the fit file records the selection."""
+    two = pd.concat(
+        [
+            sim_frame3.assign(model="70M"),
+            sim_frame3.assign(model="160M", run_id=sim_frame3["run_id"].astype(str) + "-big"),
+        ]
+    )
+    path = tmp_path / "two_models.csv"
+    two.to_csv(path, index=False)
+    code, _t, err = _run(["fit", path, "--method", "map", "--laws", "climb"], capsys)
+    assert code == 2 and "mixes 2 models" in err and "--where model=70M" in err
+    assert "Traceback" not in err
+    out = tmp_path / "fit.nc"
+    code, text, err = _run(
+        ["fit", path, "--method", "map", "--laws", "climb", "--where", "model=70M", "-o", out],
+        capsys,
+    )
+    assert code == 0, err
+    fitted = load_fit(out)
+    assert fitted.runs.run_ids == runs_from_frame(sim_frame3).run_ids
+    assert fitted.attrs["data_label"] == "rows where model = 70M"
+    assert fitted.attrs["data_source"].endswith("[where model=70M]")
+    assert "data: rows where model = 70M" in text
+    code, _t, err = _run(["fit", path, "--where", "model"], capsys)
+    assert code == 2 and "is not COLUMN=VALUE" in err

@@ -334,7 +334,7 @@ def test_tables_that_mix_model_sizes_are_refused():
         runs_from_frame(df, source="mix.csv")
     msg = str(err.value)
     assert msg.startswith("mix.csv, row 4, column 'Model Size'")
-    assert "mixes 2 models (70M, 160M)" in msg and "one table per value" in msg
+    assert "mixes 2 models (70M, 160M)" in msg and "--where 'Model Size=70M'" in msg
     long = long_frame()
     long["model_size_label"] = ["410M"] * 6 + ["1B"] * 6
     with pytest.raises(RunsFormatError, match=r"row 8, column 'model_size_label'"):
@@ -348,6 +348,39 @@ def test_tables_that_mix_model_sizes_are_refused():
     one["size"] = [1, 2, 3]  # not a model column: ignored like any extra one
     one["params"] = ["lr=1e-3", "lr=3e-4", "lr=1e-3"]  # hyper-parameters, not a model size
     assert runs_from_frame(one).run_ids == ("a", "b", "c")
+
+
+def test_where_fits_one_model_of_a_table_and_errors_keep_the_files_rows(tmp_path):
+    """``where`` keeps the rows of one model (text or an equal number), so a published table
+    holding several models reads without editing; later errors still name the file's rows and
+    the selection; a selection of no row or of no column is refused naming what exists."""
+    df = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "d", "e", "f"],
+            "model": ["70M", "160M", "70M", "160M", "70M", "160M"],
+            "tokens": [1e6, 1e6, 2e6, 2e6, 4e6, 4e6],
+            "r_en": [0.5, 0.5, 0.3, 0.3, 0.7, 0.7],
+            "r_de": ["0.5", "0.5", "0.7", "0.7", "0.3", "x"],
+            "loss_en": [3.1, 2.9, 3.0, 2.8, 2.8, 2.6],
+            "loss_de": [3.3, 3.1, 3.0, 2.9, 3.2, 3.0],
+        }
+    )
+    path = tmp_path / "sizes.csv"
+    df.to_csv(path, index=False)
+    with pytest.raises(RunsFormatError, match=r"row 3, column 'model': the table mixes"):
+        read_runs(path)
+    small = read_runs(path, where={"model": "70M"})
+    assert small.run_ids == ("a", "c", "e") and small.source.endswith("[where model=70M]")
+    np.testing.assert_allclose(small.run_budgets, [1e6, 2e6, 4e6])
+    assert read_runs(path, where={"model": "70M", "tokens": 2000000}).run_ids == ("c",)
+    with pytest.raises(RunsFormatError) as err:  # 'x' is on line 7 of the file
+        read_runs(path, where={"model": "160M"})
+    assert str(err.value).startswith(f"{path} [where model=160M], row 7, column 'r_de'")
+    with pytest.raises(RunsFormatError, match=r"no row has model = 1B \(values in the column: "
+                       r"70M, 160M\)"):  # fmt: skip
+        read_runs(path, where={"Model": "1B"})
+    with pytest.raises(RunsFormatError, match=r"the selection size=70M names no column"):
+        read_runs(path, where={"size": "70M"})
 
 
 # ------------------------------------------------------------------------------ subsetting
