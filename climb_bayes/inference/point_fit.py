@@ -81,8 +81,18 @@ def jitted_derivatives(fn: Callable[[jax.Array], jax.Array]) -> tuple[Callable, 
     """``fn``'s jitted value-and-gradient and Hessian, one pair per function object: the
     searches and polishes of one objective (a Laplace fit's, a multi-start fit's) compile them
     once instead of once per call (each new ``jax.jit`` wrapper traces and compiles again:
-    ~1-2 s per CLIMB potential on 2 cores)."""
-    return jax.jit(jax.value_and_grad(fn)), jax.jit(jax.hessian(fn))
+    ~1-2 s per CLIMB potential on 2 cores).
+
+    The Hessian is forward-mode differentiation of the compiled gradient, ``jacfwd(grad)``,
+    rather than ``jax.hessian(fn)``: the same matrix (``jax.hessian`` is ``jacfwd(jacrev)``;
+    the two differ by 4e-17 of the largest entry on CLIMB's potential of the default data), but
+    JAX differentiates the gradient's already-traced program instead of tracing the NumPyro
+    model again through both transformations. Measured on a default ``climb-bayes fit`` (2-core
+    AMD EPYC, warm compilation cache, ``jax.monitoring`` durations): tracing the Newton
+    polishes' Hessians took 3.9 s of 10.4 s of tracing over 12 Laplace fits before, ~0 after.
+    """
+    value_and_grad = jax.jit(jax.value_and_grad(fn))
+    return value_and_grad, jax.jit(jax.jacfwd(lambda x: value_and_grad(x)[1]))
 
 
 def _scipy_fg(fn: Callable[[jax.Array], jax.Array]) -> Callable[[np.ndarray], tuple]:
