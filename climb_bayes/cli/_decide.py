@@ -50,8 +50,11 @@ def parse_budget(text: str, option: str = "--budget") -> float:
     try:
         value = float(t) * scale
     except ValueError:
+        several = "," in t and option == "--budget"
         raise ClimbError(
-            f"{option}: {text!r} is not a number of tokens (write e.g. 1e12 or 1T)."
+            f"{option}: {text!r} is not a number of tokens (write e.g. 1e12 or 1T"
+            + ("; for several budgets use --budgets " + t.replace(" ", "") if several else "")
+            + ")."
         ) from None
     if not math.isfinite(value) or value <= 0:
         raise ClimbError(f"{option}: budgets must be positive numbers of tokens, got {text!r}.")

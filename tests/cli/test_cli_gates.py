@@ -348,6 +348,8 @@ def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, caps
     """Cases from docs/decisions.md's table that used to pass silently or mislead."""
     code, _o, err = _run(["plot", good_fit_path, "--kind", "fan", "--budget", "-1"], capsys)
     assert code == 2 and "--budget: budgets must be positive numbers of tokens, got -1.0" in err
+    code, _o, err = _run(["predict", good_fit_path, "--budget", "2e10, 3e10"], capsys)
+    assert code == 2 and "for several budgets use --budgets 2e10,3e10)" in err
     runs = tmp_path / "runs.csv"
     runs.write_text("run_id,tokens,r_en,r_de,loss_en,loss_de\na,1e9,0.5,0.5,3.0,3.1\n")
     code, _o, err = _run(["evaluate", runs, "--lfo", "--lfo-folds", "0"], capsys)
