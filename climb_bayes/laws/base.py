@@ -2,7 +2,8 @@
 
 A *law* predicts the validation loss of each group (language or domain) ``i`` from the mixture
 ``r`` (shares of the training budget, on the simplex) and the budget ``D``. To add one, write a
-module with a frozen dataclass subclassing :class:`Law` that defines
+module with a frozen dataclass subclassing :class:`Law` that defines (its fields hashable --
+tuples, not lists or arrays: a law keys its compiled programs, :func:`predict_draws`)
 
 * ``name`` (class attribute) and ``zero_share_ok`` (can it predict the loss of a group that got
   no training data, ``r_i = 0``?);
