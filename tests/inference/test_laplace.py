@@ -208,3 +208,48 @@ def test_pareto_k_tells_a_gaussian_posterior_from_a_heavy_tailed_one():
     assert heavy.pareto_k > 0.7, heavy.pareto_k
     assert approximation_pareto_k(np.full(100, 3.0)) < 0.7  # q = p up to a constant
     assert approximation_pareto_k(np.r_[np.zeros(99), np.inf]) == np.inf
+
+
+def _bounded_with_deterministic(y: jax.Array) -> None:
+    """Sites with a lower bound, an interval and a deterministic site."""
+    scale = numpyro.sample("scale", dist.LogNormal(0.0, 1.0))
+    df = numpyro.sample("df", dist.Uniform(2.0, 30.0))
+    loc = numpyro.sample("loc", dist.Normal(0.0, 5.0))
+    numpyro.deterministic("spread", scale * jnp.sqrt(df / (df - 2.0)))
+    numpyro.sample("y", dist.StudentT(df, loc, scale), obs=y)
+
+
+def _dynamic_support(y: jax.Array) -> None:
+    """A support that depends on another site: only NumPyro's own set-up handles it."""
+    low = numpyro.sample("low", dist.Normal(0.0, 1.0))
+    high = numpyro.sample("high", dist.Uniform(low, low + 5.0))
+    numpyro.sample("y", dist.Normal(high, 1.0), obs=y)
+
+
+def test_flat_model_matches_numpyro_initialize_model():
+    from climb_bayes.inference.laplace import _initialize_model, flat_model
+
+    y = jnp.array([0.3, -1.2, 2.5, 0.8, 4.0])
+    key = jax.random.PRNGKey(3)
+    cases = [
+        (_bounded_with_deterministic, {"scale": 1.5, "df": 6.0, "loc": 0.4}, True),
+        (_dynamic_support, {"low": 0.5, "high": 2.0}, False),  # falls back
+        (_bounded_with_deterministic, {"scale": 1.5, "df": 6.0}, False),  # loc has no value
+    ]
+    points = np.random.default_rng(0).normal(size=(4, 3))
+    for model, init, abstract in cases:
+        info, z0, unravel, potential = flat_model(model, (y,), init, key)
+        assert (info.model_trace is None) == abstract
+        ref = _initialize_model(model, (y,), init, key)
+        z_ref, unravel_ref = jax.flatten_util.ravel_pytree(ref.param_info.z)
+        if abstract:  # the start is exactly the given values, unconstrained
+            np.testing.assert_allclose(z0, z_ref, rtol=0, atol=0)
+        for x in z0 + 0.3 * points[:, : z0.size]:
+            x = jnp.asarray(x)
+            np.testing.assert_allclose(
+                float(potential(x)), float(ref.potential_fn(unravel_ref(x))), rtol=1e-12
+            )
+            got, want = info.postprocess_fn(unravel(x)), ref.postprocess_fn(unravel_ref(x))
+            assert sorted(got) == sorted(want)
+            for k in want:
+                np.testing.assert_allclose(got[k], want[k], rtol=1e-12)
