@@ -164,6 +164,10 @@ def test_fit_command_and_api_fit_share_their_sampler_defaults():
     assert (api_defaults["warmup"], api_defaults["samples"]) == (500, 4000)
     from climb_bayes.inference.nuts import FIT_SAMPLER  # evaluate --shipped / --lfo use it too
 
-    assert {n: getattr(FIT_SAMPLER, n) for n in shared[:5]} == {
-        n: cli_defaults[n] for n in shared[:5]
-    }
+    sampler = ("chains", "warmup", "samples", "max_tree_depth")
+    assert {n: getattr(FIT_SAMPLER, n) for n in sampler} == {n: cli_defaults[n] for n in sampler}
+    # no --target-accept: each law's own, CLIMB's that of the sampler `evaluate` reuses
+    from climb_bayes.laws import get_law
+
+    assert cli_defaults["target_accept"] is None
+    assert get_law("climb").nuts_target_accept == FIT_SAMPLER.target_accept

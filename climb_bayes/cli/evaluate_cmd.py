@@ -135,8 +135,9 @@ def _echo(msg: str) -> None:
     "--target-accept",
     type=float,
     default=None,
-    help="NUTS target acceptance; raise it when a fit reports divergences [default: 0.95; "
-    "0.98 with --lfo or --shipped, as `fit`].",
+    help="NUTS target acceptance of every law; raise it when a fit reports divergences "
+    "[default: 0.95; with --lfo or --shipped each law's own, as `fit`: CLIMB and DML 0.98, "
+    "Isolated and MSL 0.9].",
 )
 @click.option(
     "--priors",
@@ -231,7 +232,8 @@ def evaluate(
     sampler = FIT_SAMPLER if lfo or shipped else bare
     chains = sampler.chains if chains is None else chains
     samples = sampler.samples if samples is None else samples
-    target_accept = sampler.target_accept if target_accept is None else target_accept
+    if target_accept is None and sampler is bare:  # else each law's own, as `fit`
+        target_accept = bare.target_accept
     if method == "nuts" and (chains < 1 or samples < chains or warmup < 1):
         raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
     parse_laws(laws_spec)  # validates names before reading the data

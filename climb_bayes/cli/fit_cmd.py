@@ -65,10 +65,10 @@ def _echo(msg: str) -> None:
 @click.option(
     "--target-accept",
     type=float,
-    default=0.98,
-    show_default=True,
-    help="NUTS's target acceptance (0.95 left one divergence per 2000-4000 draws on the "
-    "default data; docs/model.md).",
+    default=None,
+    help="NUTS's target acceptance of every law [default: each law's own: CLIMB and DML 0.98 "
+    "(0.95 left one divergence per 2000-4000 draws of CLIMB on the default data; "
+    "docs/model.md), Isolated and MSL 0.9 (no funnel: half the leapfrog steps; docs/laws.md)].",
 )
 @click.option("--max-tree-depth", type=int, default=10, show_default=True)
 @click.option(

@@ -38,6 +38,7 @@ def fit_runs_ensemble(
     config: NutsConfig | None = None,
     laws: Sequence[str] = DEFAULT_LAWS,
     ensemble: EnsembleOptions | None = None,
+    target_accept: float | None = None,
     seed: int = 0,
     n_starts: int = 8,
     families: dict[str, str] | None = None,
@@ -55,13 +56,16 @@ def fit_runs_ensemble(
     method : {"nuts", "laplace", "map"}
         Inference of every full fit.
     config : NutsConfig, optional
-        Sampler settings (every law).
+        Sampler settings (every law; its ``target_accept`` is CLIMB's).
     laws : sequence of str
         Laws to stack; must include ``"climb"``.
     ensemble : EnsembleOptions, optional
         Inner leave-future-out and discrepancy settings (default: ``method``'s, with laws of
         stacking weight below :data:`~climb_bayes.inference.convergence.MIN_STACK_WEIGHT`
         fitted by Laplace instead of NUTS).
+    target_accept : float, optional
+        NUTS target acceptance of the other laws; ``None``: each law's own
+        (:attr:`~climb_bayes.laws.base.Law.nuts_target_accept`).
     seed : int
         Seed of everything random.
     n_starts : int
@@ -109,7 +113,7 @@ def fit_runs_ensemble(
         chains=config.chains,
         warmup=config.warmup,
         samples=config.samples,
-        target_accept=config.target_accept,
+        target_accept=target_accept,
         priors=priors,
     )
     obs = Observations.from_runs(runs)

@@ -132,9 +132,10 @@ class FitOptions:
         Huber threshold on log-loss residuals.
     chains, warmup, samples : int
         NUTS settings (``samples`` is the total kept over all chains).
-    target_accept : float
-        NUTS target acceptance; 0.95 as ``climb-bayes fit`` (0.9 left 27 divergent transitions
-        in CLIMB's RegMix fit, 0.95 two, docs/model.md 'One budget').
+    target_accept : float or None
+        NUTS target acceptance of every law (0.9 left 27 divergent transitions in CLIMB's RegMix
+        fit, 0.95 two, docs/model.md 'One budget'); ``None``: each law's own
+        (:attr:`Law.nuts_target_accept`, what ``climb-bayes fit`` uses).
     priors : Priors
         CLIMB priors; other laws take their likelihood, Student-t df and noise scale from it.
     """
@@ -146,20 +147,28 @@ class FitOptions:
     chains: int = 2
     warmup: int = 500
     samples: int = 1000
-    target_accept: float = 0.95
+    target_accept: float | None = 0.95
     priors: Priors = field(default_factory=Priors)
 
     def __post_init__(self) -> None:
         self.nuts_config(max(self.chains, 1)).check()
 
-    def nuts_config(self, chains: int) -> NutsConfig:
+    def target_accept_for(self, law: Law) -> float:
+        """The NUTS target acceptance of ``law``'s fit: :attr:`target_accept` where given, else
+        the law's own (:attr:`Law.nuts_target_accept`)."""
+        return law.nuts_target_accept if self.target_accept is None else self.target_accept
+
+    def nuts_config(self, chains: int, target_accept: float | None = None) -> NutsConfig:
         """These settings as the NUTS configuration of a generic law's fit (:func:`fit_nuts`):
-        NumPyro's default tree depth and diagonal mass matrix, no progress bar."""
+        NumPyro's default tree depth and diagonal mass matrix, no progress bar
+        (``target_accept``: that law's, :meth:`target_accept_for`; by default
+        :attr:`target_accept`)."""
+        target = self.target_accept if target_accept is None else target_accept
         return NutsConfig(
             chains=chains,
             warmup=self.warmup,
             samples=max(self.samples, chains),
-            target_accept=self.target_accept,
+            target_accept=0.95 if target is None else target,
             max_tree_depth=LAW_MAX_TREE_DEPTH,
             dense_mass=False,
             progress_bar=False,
@@ -174,6 +183,11 @@ class Law:
     description: ClassVar[str] = ""
     zero_share_ok: ClassVar[bool] = False
     """Whether the law predicts a finite loss for a group with share ``r_i = 0``."""
+    nuts_target_accept: ClassVar[float] = 0.98
+    """NUTS target acceptance of the law's fit where :attr:`FitOptions.target_accept` is
+    ``None`` (as in ``climb-bayes fit`` without ``--target-accept``): the step size NUTS adapts
+    to is the largest that keeps this mean acceptance, so a posterior with a funnel needs a high
+    one to avoid divergent transitions, an easy one only pays for it in leapfrog steps."""
 
     def param_specs(self, m: int) -> dict[str, ParamSpec]:
         """Parameters for ``m`` groups, in packing order."""
@@ -697,7 +711,10 @@ def fit_nuts(
         f"starts reached {starts.modes} mode(s) (lowest potential "
         f"{np.min(starts.potentials):.1f}); chains start at Laplace draws weighted by evidence"
     )
-    mcmc = nuts_mcmc(model, options.nuts_config(chains), init_strategy=init_to_value(values=start))
+    target = options.target_accept_for(law)
+    mcmc = nuts_mcmc(
+        model, options.nuts_config(chains, target), init_strategy=init_to_value(values=start)
+    )
     t0 = time.perf_counter()
     mcmc.run(
         key_run,
@@ -708,11 +725,12 @@ def fit_nuts(
     grouped = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))  # dispatch is async
     seconds = time.perf_counter() - t0
     diag = _nuts_diagnostics(
-        grouped, mcmc.get_extra_fields(group_by_chain=True), obs.groups, options.target_accept
+        grouped, mcmc.get_extra_fields(group_by_chain=True), obs.groups, target
     )
     rhat, ess, div = diag.max_rhat, diag.min_ess_bulk, diag.divergences
     log(
-        f"{law.name}: NUTS {chains} chains, {seconds:.1f} s, {div} divergences, "
+        f"{law.name}: NUTS {chains} chains at target accept {target:g}, {seconds:.1f} s, "
+        f"{div} divergences, "
         f"max R-hat {rhat:.3f}, min ESS {ess:.0f}"
     )
     flat = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
@@ -737,6 +755,7 @@ def fit_nuts(
             "max_rhat": rhat,
             "min_ess": ess,
             "modes": starts.modes,
+            "target_accept": target,
             "diagnostics": diag.to_json(),
             "n_fit": obs.n,
             "n_params": law.n_params(m),

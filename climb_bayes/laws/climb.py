@@ -96,7 +96,7 @@ class ClimbLaw(Law):
             chains=options.chains,
             warmup=options.warmup,
             samples=options.samples,
-            target_accept=options.target_accept,
+            target_accept=options.target_accept_for(self),
             progress_bar=False,
         )
         fit = fit_runs(

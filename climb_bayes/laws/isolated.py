@@ -59,6 +59,14 @@ class IsolatedLaw(Law):
     name: ClassVar[str] = "isolated"
     description: ClassVar[str] = "CLIMB without transfer (b = k = 0)"
     zero_share_ok: ClassVar[bool] = False
+    nuts_target_accept: ClassVar[float] = 0.9
+    """Lower than CLIMB's 0.98: without transfers the posterior has no funnel to step into, and
+    the smaller target halves the leapfrog steps. Measured (2026-12-05, `fit`'s 4 x (500 +
+    1000), the fit splits of the ten sets of docs/benchmarks.md' shipped-predictive section and
+    the default data): 0 divergences at 0.9 everywhere, max R-hat 1.002-1.0075, min bulk ESS
+    422-3,063; on the default data 59.5 -> 32.4 steps per draw (ESS 2,170 -> 1,839); at 0.98
+    5mix-410M failed the gate (R-hat 1.0118, ESS 334; 0.9: 1.0049, 499) and 5mix-1B too (ESS
+    277; 0.9: 422), with 1.6-1.9x the steps per draw (5mix-70M 191 against 118)."""
 
     def param_specs(self, m: int) -> dict[str, ParamSpec]:
         return {

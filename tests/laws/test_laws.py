@@ -153,6 +153,7 @@ def test_nuts_on_a_tiny_model():
     opts = FitOptions(n_starts=1, chains=1, warmup=100, samples=150)
     fit = fit_nuts(law, obs, opts, d_ref=D_REF)
     assert fit.method == "nuts" and fit.n_draws == 150
+    assert fit.info["target_accept"] == 0.95  # the options' (FitOptions' default)
     assert fit.sigma.shape == (150, 3)
     assert fit.sigma_run is None  # one point per (run, group): the run effect is not identified
     assert np.allclose(np.median(fit.draws["beta"], axis=0), truth["beta"], atol=0.1)
@@ -381,3 +382,21 @@ def test_fit_options_refuse_settings_nuts_cannot_use():
             FitOptions(**bad)
     config = FitOptions(chains=4, samples=2).nuts_config(4)
     assert config.draws_per_chain == 1 and not config.dense_mass
+
+
+def test_each_law_has_its_own_target_acceptance_unless_one_is_given():
+    """`fit` without --target-accept: CLIMB's sampler default for CLIMB and the DML, 0.9 for
+    Isolated and MSL (no funnel); a value given applies to every law."""
+    from climb_bayes.inference.nuts import FIT_SAMPLER
+
+    laws = {law.name: law for law in parse_laws("climb,msl,dml,isolated")}
+    own = FitOptions(target_accept=None)
+    assert {n: own.target_accept_for(law) for n, law in laws.items()} == {
+        "climb": FIT_SAMPLER.target_accept,
+        "msl": 0.9,
+        "dml": FIT_SAMPLER.target_accept,
+        "isolated": 0.9,
+    }
+    assert own.nuts_config(4, own.target_accept_for(laws["isolated"])).target_accept == 0.9
+    given = FitOptions(target_accept=0.99)
+    assert {given.target_accept_for(law) for law in laws.values()} == {0.99}
