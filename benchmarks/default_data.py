@@ -121,8 +121,8 @@ def main() -> int:
     ):
         extra = []
         if method == "nuts":
-            target = args.target_accept or get_law(laws).nuts_target_accept
-            extra = [*sampler, "--target-accept", str(target)]
+            own = ["--target-accept", str(get_law(laws).nuts_target_accept)]
+            extra = [*sampler, *(given or own)]
         res, secs = _evaluate([path, *hold, "--method", method, "--laws", laws, *extra])
         for row in res["rows"]:
             m = row["metrics"]

@@ -47,7 +47,13 @@ from climb_bayes.data.observations import Observations, budget_range
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.diagnostics import Diagnostics, compute_diagnostics
 from climb_bayes.inference.laplace import ModeStarts, evidence_picks, mode_starts
-from climb_bayes.inference.nuts import NutsConfig, chain_init_values, nuts_mcmc, site_normals
+from climb_bayes.inference.nuts import (
+    FIT_SAMPLER,
+    NutsConfig,
+    chain_init_values,
+    nuts_mcmc,
+    site_normals,
+)
 from climb_bayes.inference.point_fit import (
     HUBER_DELTA,
     far_summary,
@@ -162,13 +168,14 @@ class FitOptions:
         """These settings as the NUTS configuration of a generic law's fit (:func:`fit_nuts`):
         NumPyro's default tree depth and diagonal mass matrix, no progress bar
         (``target_accept``: that law's, :meth:`target_accept_for`; by default
-        :attr:`target_accept`)."""
+        :attr:`target_accept`, or the base law's where that is ``None``)."""
         target = self.target_accept if target_accept is None else target_accept
+        target = Law.nuts_target_accept if target is None else target
         return NutsConfig(
             chains=chains,
             warmup=self.warmup,
             samples=max(self.samples, chains),
-            target_accept=0.95 if target is None else target,
+            target_accept=target,
             max_tree_depth=LAW_MAX_TREE_DEPTH,
             dense_mass=False,
             progress_bar=False,
@@ -183,7 +190,7 @@ class Law:
     description: ClassVar[str] = ""
     zero_share_ok: ClassVar[bool] = False
     """Whether the law predicts a finite loss for a group with share ``r_i = 0``."""
-    nuts_target_accept: ClassVar[float] = 0.98
+    nuts_target_accept: ClassVar[float] = FIT_SAMPLER.target_accept
     """NUTS target acceptance of the law's fit where :attr:`FitOptions.target_accept` is
     ``None`` (as in ``climb-bayes fit`` without ``--target-accept``): the step size NUTS adapts
     to is the largest that keeps this mean acceptance, so a posterior with a funnel needs a high
