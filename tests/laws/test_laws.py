@@ -131,6 +131,40 @@ def test_dml_drops_budget_term_on_one_budget():
     _assert_close(fit, truth, ["t_free"], 0.3)
 
 
+def test_dml_centres_its_exponent_on_the_fitted_mixtures_and_reads_old_files_uncentred():
+    """``k`` is the reducible loss at the runs' mean mixture: the same curves as the uniform
+    gauge with ``log k`` shifted by ``t . r_bar``; a spec without ``centre`` (an older fit file)
+    evaluates uncentred, as it was fitted."""
+    import json
+
+    import jax.numpy as jnp
+
+    from climb_bayes.laws.registry import law_from_spec, law_spec
+
+    obs, law = simulate(DMLLaw(), DML_TRUTH, n_mix=6, budgets=(1.0, 3.0))
+    r_bar = obs.run_r.mean(axis=0)
+    assert law.centre is not None and np.allclose(law.centre, r_bar)
+    assert not np.allclose(r_bar, 1 / 3)  # a centre that is not the uniform mixture
+    assert law.prepare(obs.select(obs.run < 3)).centre == law.centre  # prepared once
+    r = jnp.asarray(obs.run_r[obs.run])
+    d = jnp.asarray(obs.tokens / D_REF)
+    params = {k: jnp.asarray(v) for k, v in DML_TRUTH.items()}
+    t = full_t(params["t_free"])
+    shifted = params | {"log_k": params["log_k"] - jnp.asarray(r_bar) @ t}
+    uncentred = DMLLaw(budget_term=True)
+    got = np.asarray(law.log_loss(params, r, d))
+    assert np.allclose(got, np.asarray(uncentred.log_loss(shifted, r, d)), atol=1e-12)
+    assert not np.allclose(got, np.asarray(uncentred.log_loss(params, r, d)), atol=1e-3)
+    # an older file's spec has no centre: uncentred, i.e. centred on the uniform mixture
+    spec = json.loads(law_spec(law))
+    assert law_from_spec(json.dumps(spec)) == law
+    del spec["fields"]["centre"]
+    old = law_from_spec(json.dumps(spec))
+    assert old.centre is None
+    uniform = DMLLaw(budget_term=True, centre=(1 / 3,) * 3)
+    assert np.allclose(old.log_loss(params, r, d), uniform.log_loss(params, r, d), atol=1e-12)
+
+
 def test_climb_adapter_matches_core_fit_and_recovers_the_world(map_fit3, world3, runs3):
     fit = lawfit_from_fit(map_fit3)
     assert fit.method == "map" and fit.n_draws == 1
