@@ -119,7 +119,8 @@ class MSLLaw(Law):
     draw (5mix-70M 64 against 127, rp-70M 63 against 115, 5mix-1B 169 against 271) with about
     the same or a higher ESS. The DML keeps 0.98: it misses the gate at either target on
     5mix-305M, rp-160M, rp-305M and 5mix-1B (at 0.98 R-hat 1.0109-1.0406, ESS 133-389: its
-    geometry, not the step size), and at 0.9 also on rp-410M (R-hat 1.0139 against 1.0052)."""
+    geometry, not the step size), and at 0.9 also on rp-410M (R-hat 1.0139 against 1.0052);
+    measured before the DML's centred exponent (:mod:`climb_bayes.laws.dml`)."""
     families: tuple[tuple[str, str], ...] | None = None
     groups: tuple[str, ...] | None = None
 
