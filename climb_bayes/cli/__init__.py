@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_jax()  # before any command touches JAX: x64, one host device per core
     warnings.filterwarnings("ignore", category=FutureWarning)
+    shown, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         cli.main(args=argv, prog_name="climb-bayes", standalone_mode=False)
     except click.exceptions.Abort:
@@ -148,7 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    finally:
+        warnings.showwarning = shown
     return 0
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr, ``warning: <message>`` (a library's own category named
+    in brackets), instead of Python's ``file:line: Category: message`` and the source line,
+    which name climb-bayes' internals rather than the user's input."""
+    label = "warning" if category is UserWarning else f"warning ({category.__name__})"
+    click.echo(f"{label}: {message}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1289,6 +1289,12 @@ def _missing_columns(columns: list[str], required: Sequence[str], source: str, f
                 " and a pair of r_<lang>, loss_<lang> columns per language"
                 if form == "wide"
                 else ""
+            )
+            + (
+                "; if every row is a run's final loss, set tokens_seen to budget_tokens (or "
+                "use the wide form: run_id, tokens, r_<lang>, loss_<lang>)"
+                if missing == ["tokens_seen"]
+                else ""
             ),
         )
 

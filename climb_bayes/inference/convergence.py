@@ -70,9 +70,11 @@ class Problem(str):
 
 
 class ConvergenceGate(NamedTuple):
-    """Verdict of :func:`fit_gate`: ``problems`` is empty when every check passed."""
+    """Verdict of :func:`fit_gate`: ``problems`` is empty when every check passed; ``note``
+    qualifies them for the reader (e.g. that the failed law has no stacking weight)."""
 
     problems: tuple[Problem, ...]
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -116,9 +118,10 @@ class ConvergenceGate(NamedTuple):
         where = f" {path}" if str(path) else ""
         fix = self.fix
         fix = f" {fix}" if fix else ""
+        note = f" ({self.note})" if self.note else ""
         return (
             f"WARNING: fit{where} {self.verdict} ({'; '.join(self.problems)}); numbers computed "
-            f"from it are not trustworthy.{fix} (--strict refuses)."
+            f"from it are not trustworthy{note}.{fix} (--strict refuses)."
         )
 
 
@@ -229,10 +232,18 @@ def fit_gate(fit: Any) -> ConvergenceGate:
         climb_info |= laplace_info(fit.attrs)
     problems += [p.for_law("climb") for p in law_problems(climb_info)]
     weights = json.loads(fit.attrs.get("stacking_weights", "{}") or "{}")
+    note = ""
+    if problems and len(weights) > 1 and float(weights.get("climb", 0.0)) < MIN_STACK_WEIGHT:
+        # still checked (its parameter tables, --law climb), but the default predictive does
+        # not rest on it
+        note = (
+            f"climb's stacking weight is {float(weights.get('climb', 0.0)):.2f}: the default "
+            "predictive does not use it; its parameter tables and --law climb do"
+        )
     if "laws" in fit.tree.children:
         for name, node in fit.tree["laws"].children.items():
             if weights and float(weights.get(name, 0.0)) < MIN_STACK_WEIGHT:
                 continue
             info = json.loads(node.attrs.get("info", "{}") or "{}")
             problems += [p.for_law(name) for p in law_problems(info)]
-    return ConvergenceGate(tuple(problems))
+    return ConvergenceGate(tuple(problems), note)

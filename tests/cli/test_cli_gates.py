@@ -123,6 +123,14 @@ def test_gate_reads_point_fit_starts_and_stacked_laws(map_fit3):
     fit = type(map_fit3)(tree)
     gate = fit_gate(fit)
     assert not gate.ok and "climb: point fit: 0/4" in gate.warning()
+    assert "stacking weight" not in gate.warning()
+    # CLIMB failed but the stack gives it no weight: still a warning, saying what it concerns
+    for climb_weight, says in ((0.0, True), (0.004, True), (0.3, False)):
+        weights = {"climb": climb_weight, "isolated": 1.0 - climb_weight}
+        tree.attrs = {**tree.attrs, "stacking_weights": json.dumps(weights)}
+        gate = fit_gate(type(map_fit3)(tree))
+        assert not gate.ok and "climb: point fit: 0/4" in gate.warning()
+        assert ("the default predictive does not use it" in gate.warning()) is says
 
 
 def test_gate_advice_follows_the_kind_of_problem():
@@ -342,6 +350,25 @@ def test_render_table_sizes_columns_to_content():
     text = render_table([["a-very-long-language-name", "1"], ["x", "22"]], ["language", "v"])
     first, rule, *rows = text.splitlines()
     assert len({len(ln) for ln in [first, rule, *rows]}) == 1
+
+
+def test_warnings_are_one_plain_line(tmp_path, capsys):
+    """A library warning reaches the user as ``warning: <message>``, not as Python's
+    ``file:line: UserWarning:`` with a source line of climb-bayes' internals."""
+    import warnings
+
+    runs = tmp_path / "few.csv"
+    runs.write_text("run_id,tokens,r_en,r_de,loss_en,loss_de\na,1e9,0.5,0.5,3.0,3.1\n")
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        # reads the table (2 observations for 12 parameters: a warning), then refuses the cut
+        out = tmp_path / "few.nc"
+        code, _o, err = _run(["fit", runs, "--lfo-cuts", "5", "--out", out], capsys)
+    assert code == 2 and "LFO cut 5 tokens is not a budget level" in err
+    assert f"warning: {runs}: only 2 observations for 12 CLIMB parameters" in err
+    assert "UserWarning" not in err and ".py:" not in err
+    assert warnings.showwarning is before  # restored for the caller
 
 
 def test_odd_options_found_by_trying_every_command(good_fit_path, tmp_path, capsys):

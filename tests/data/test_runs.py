@@ -598,6 +598,10 @@ BAD_CASES = {
         "run_id,budget_tokens,tokens_seen,language,proportion\nx,1,1,en,1\n",
         ["loss", "found: run_id, budget_tokens"],
     ),
+    "long_final_losses_without_tokens_seen": (
+        "run_id,budget_tokens,language,proportion,loss\nx,1000,en,1.0,3.0\n",
+        ["tokens_seen", "set tokens_seen to budget_tokens", "wide form"],
+    ),
     "long_duplicate": (
         long_csv(extra=("x,1000,1000,en,1.0,3.05",)),
         ["run 'x'", "tokens_seen = 1000", "'en'", "rows 4, 8"],
