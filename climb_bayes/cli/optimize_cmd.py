@@ -26,6 +26,7 @@ from climb_bayes.cli._decide import (
     write_json,
 )
 from climb_bayes.cli._runs_table import FAMILIES_HELP
+from climb_bayes.decisions.mixture_support import mixture_support_warning
 from climb_bayes.errors import ClimbError
 
 __all__ = ["optimize"]
@@ -229,6 +230,13 @@ def optimize(
     )
     for res in results:
         _print_result(res, lv, cvar)
+    recommended = {
+        f"{r.recommended_name} at {fmt_tokens(r.budget)}": r.recommended for r in results
+    }
+    if warning := mixture_support_warning(
+        list(recommended), np.stack(list(recommended.values())), fit.runs.run_proportions, langs
+    ):
+        click.echo("\n" + textwrap.fill(warning, TABLE_WIDTH))
     if len(results) > 1:
         _print_trajectory(results, lv)
     if out is not None:

@@ -22,6 +22,7 @@ from climb_bayes.cli._decide import (
     strict_option,
     write_frame,
 )
+from climb_bayes.decisions.mixture_support import mixture_support_warning
 from climb_bayes.errors import ClimbError
 
 __all__ = ["predict"]
@@ -203,8 +204,14 @@ def predict(
     click.echo(predictive_line(ens, combine))
     if run is not None:
         click.echo(_continuation_line(run, ens))
-    elif mixture is not None and (hint := _continuation_hint(fit, mixes[0].shares)):
-        click.echo(hint)
+    else:
+        if mixture is not None and (hint := _continuation_hint(fit, mixes[0].shares)):
+            click.echo(hint)
+        unique = {m.name: m.shares for m in mixes}
+        if warning := mixture_support_warning(
+            list(unique), np.stack(list(unique.values())), fit.runs.run_proportions, langs
+        ):
+            click.echo(warning)
     if fit.method == "map":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
@@ -298,6 +305,10 @@ def _predict_many(
                 "of the fit: their rows are new runs; `--continue-run NAME` (or `all`) predicts "
                 "the fitted runs continued, their fitted deviation carried forward"
             )
+        if warning := mixture_support_warning(
+            many.names, many.shares, fit.runs.run_proportions, fit.languages
+        ):
+            click.echo(warning)
     if many.series is not None and (warning := _no_run_effect_warning(ens)):
         click.echo(warning)
     pred = table[table["quantity"] == "predictive"]

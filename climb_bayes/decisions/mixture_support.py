@@ -1,0 +1,128 @@
+"""Whether a mixture lies among the fitted runs' mixtures, or extrapolates the law in mixture.
+
+The extrapolation discrepancy (:mod:`climb_bayes.model.discrepancy`) grows with the distance
+beyond the fitted *budgets*; nothing in the predictive grows with the distance beyond the fitted
+*mixtures*. Where the runs cover the simplex (the Algorithm-1 design trains every language
+alone, so every mixture is a blend of fitted ones) that is no gap. Where they do not -- a
+perturbation design around one mixture, a table of the runs a team happened to make -- a
+prediction or a recommended ``r*`` far from every fitted mixture carries an error the intervals
+do not contain.
+
+Measured on AutoScale's DDO runs (Kang et al. 2025; ``../shared/data/autoscale_ddo``: 15 runs
+of 7 RedPajama domains around the uniform mixture, one domain's data cut to a fifth or tripled
+in each), fitting the 8 runs whose budget stayed at or below 1.2e9 tokens (shares 0.03-0.16)
+and scoring the 7 with one domain tripled (that domain's share 0.33; ``climb-bayes evaluate
+ddo_runs.csv --holdout 'tokens>1.3e9' --shipped --method laplace``, 2026-12-06): the shipped
+stacked predictive's 50% / 90% intervals covered 0.14 / 0.55 of the held-out losses (MRE
+0.84%), against a calibrated 0.37-0.63 / 0.82-0.98; with ``--method nuts`` 0.35 / 0.57
+(docs/decisions.md, "Mixtures the fitted runs do not reach").
+
+:func:`mixture_support` measures how far a mixture is from the fitted ones: the L1 distance
+(total share to move) to the nearest convex blend of the fitted runs' mixtures, a linear
+programme (SciPy's HiGHS), and the languages whose share lies outside the range the runs cover.
+``predict`` and ``optimize`` print a warning line when it exceeds
+:data:`MIXTURE_TOLERANCE`.
+
+References
+----------
+.. [1] Kang, F. et al. (2025), "AutoScale: Scale-Aware Data Mixing for Pre-Training LLMs",
+   COLM 2025, arXiv 2407.20177 (the DDO perturbation runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["MIXTURE_TOLERANCE", "MixtureSupport", "mixture_support", "mixture_support_warning"]
+
+MIXTURE_TOLERANCE = 0.01
+"""L1 distance (total share) from the fitted runs' blends above which a mixture counts as an
+extrapolation in mixture (one point of share: below the rounding of a typical mixture table)."""
+
+
+class MixtureSupport(NamedTuple):
+    """How far one mixture lies from the fitted runs' mixtures.
+
+    Attributes
+    ----------
+    distance : float
+        L1 distance (sum over languages of the absolute share difference, 0-2) to the nearest
+        convex blend of the fitted runs' mixtures; 0 inside their hull.
+    beyond : tuple of (int, float, float, float)
+        ``(language index, share, lowest fitted share, highest fitted share)`` of each language
+        whose share lies outside the range the fitted runs cover.
+    """
+
+    distance: float
+    beyond: tuple[tuple[int, float, float, float], ...]
+
+    @property
+    def extrapolates(self) -> bool:
+        """True when the mixture is further than :data:`MIXTURE_TOLERANCE` from every blend."""
+        return self.distance > MIXTURE_TOLERANCE
+
+
+def mixture_support(shares: np.ndarray, fitted: np.ndarray) -> MixtureSupport:
+    """Distance of a mixture from the convex hull of the fitted runs' mixtures.
+
+    Parameters
+    ----------
+    shares : array (m,)
+        The mixture (shares summing to 1).
+    fitted : array (R, m)
+        The fitted runs' mixtures.
+
+    Returns
+    -------
+    MixtureSupport
+    """
+    from scipy.optimize import linprog
+
+    r = np.asarray(shares, dtype=float)
+    f = np.asarray(fitted, dtype=float)
+    n_runs, m = f.shape
+    # variables: blend weights (R), then the positive and negative parts of blend - r (m each)
+    cost = np.concatenate([np.zeros(n_runs), np.ones(2 * m)])
+    a_eq = np.zeros((m + 1, n_runs + 2 * m))
+    a_eq[:m, :n_runs] = f.T
+    a_eq[:m, n_runs : n_runs + m] = -np.eye(m)
+    a_eq[:m, n_runs + m :] = np.eye(m)
+    a_eq[m, :n_runs] = 1.0
+    res = linprog(cost, A_eq=a_eq, b_eq=np.append(r, 1.0), bounds=(0, None), method="highs")
+    distance = float(res.fun) if res.status == 0 else float(np.min(np.abs(f - r).sum(axis=1)))
+    lo, hi = f.min(axis=0), f.max(axis=0)
+    tol = 1e-9
+    beyond = tuple(
+        (i, float(r[i]), float(lo[i]), float(hi[i]))
+        for i in range(m)
+        if r[i] > hi[i] + tol or r[i] < lo[i] - tol
+    )
+    return MixtureSupport(max(distance, 0.0), beyond)
+
+
+def mixture_support_warning(
+    names: Sequence[str], shares: np.ndarray, fitted: np.ndarray, languages: Sequence[str]
+) -> str:
+    """One warning line for the mixtures of ``shares`` (``(K, m)``, named ``names``) that
+    extrapolate beyond the fitted runs' mixtures, or ``""`` when none does."""
+    out = []
+    for name, r in zip(names, np.atleast_2d(shares), strict=True):
+        sup = mixture_support(r, fitted)
+        if not sup.extrapolates:
+            continue
+        where = ", ".join(
+            f"{languages[i]} {s:.3f} (fitted {lo:.3f}-{hi:.3f})" for i, s, lo, hi in sup.beyond
+        )
+        out.append(f"{name} (L1 distance {sup.distance:.2f}{'; ' + where if where else ''})")
+    if not out:
+        return ""
+    shown = "; ".join(out[:3]) + (f"; and {len(out) - 3} more" if len(out) > 3 else "")
+    return (
+        f"warning: {len(out)} mixture(s) lie outside every blend of the fitted runs' mixtures: "
+        f"{shown}. The law is extrapolated in mixture there, and the intervals include no "
+        "error for that (the discrepancy grows with the budget only): expect them to be too "
+        "narrow, or add runs near these mixtures."
+    )
