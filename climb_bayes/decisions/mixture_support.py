@@ -20,8 +20,8 @@ stacked predictive's 50% / 90% intervals covered 0.14 / 0.55 of the held-out los
 :func:`mixture_support` measures how far a mixture is from the fitted ones: the L1 distance
 (total share to move) to the nearest convex blend of the fitted runs' mixtures, a linear
 programme (SciPy's HiGHS), and the languages whose share lies outside the range the runs cover.
-``predict`` and ``optimize`` print a warning line when it exceeds
-:data:`MIXTURE_TOLERANCE`.
+``predict`` and ``optimize`` print a warning line, and ``report`` flags its ``r*``, when it
+exceeds :data:`MIXTURE_TOLERANCE`.
 
 References
 ----------
@@ -71,7 +71,8 @@ def mixture_support(shares: np.ndarray, fitted: np.ndarray) -> MixtureSupport:
     Parameters
     ----------
     shares : array (m,)
-        The mixture (shares summing to 1).
+        The mixture (shares; divided by their sum, so per-language medians of ``r*`` draws,
+        which need not sum to 1, are measured as the mixture they stand for).
     fitted : array (R, m)
         The fitted runs' mixtures.
 
@@ -82,6 +83,7 @@ def mixture_support(shares: np.ndarray, fitted: np.ndarray) -> MixtureSupport:
     from scipy.optimize import linprog
 
     r = np.asarray(shares, dtype=float)
+    r = r / np.sum(r)
     f = np.asarray(fitted, dtype=float)
     n_runs, m = f.shape
     # variables: blend weights (R), then the positive and negative parts of blend - r (m each)

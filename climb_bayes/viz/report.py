@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from climb_bayes.decisions.mixture_support import mixture_support_warning
 from climb_bayes.inference.convergence import fit_gate
 from climb_bayes.inference.fitresult import Fit
 from climb_bayes.viz.fit_text import ensemble_lines, laplace_summary
@@ -352,6 +353,11 @@ def render_report(
         "(<code>climb-bayes optimize</code> compares the mixtures under the default predictive)."
         "</p>"
     )
+    median = table.loc["r* median", list(fit.languages)].to_numpy(dtype=float)
+    if warning := mixture_support_warning(
+        ["r* median"], median[None], fit.runs.run_proportions, fit.languages
+    ):
+        out.append(f'<div class="bad" id="rstar-extrapolates">{_esc(warning)}</div>')
     if include_plots:
         out.append(_img(plots.plot_rstar(fit, budget=target), "r* with baselines"))
         out.append(_img(plots.plot_ratio(fit), "rt vs r"))

@@ -35,6 +35,8 @@ def test_distance_is_zero_inside_and_the_l1_gap_outside():
     r = np.array([0.2, 0.35, 0.45])
     sup = mixture_support(r, NEAR_UNIFORM)
     assert sup.beyond == ((2, 0.45, 0.3, 0.4),) and sup.distance > MIXTURE_TOLERANCE
+    # shares that do not sum to 1 (per-language medians of r* draws) are the mixture they scale to
+    assert mixture_support(0.97 * inside, NEAR_UNIFORM).distance < 1e-9
 
 
 def test_warning_names_only_the_mixtures_outside():
@@ -81,3 +83,17 @@ def test_predict_and_optimize_warn_outside_the_fitted_mixtures(blended_fit_path,
     fitted = np.array([[0.5, 0.25, 0.25], [0.6, 0.2, 0.2], [0.4, 0.2, 0.4], [0.375, 0.25, 0.375],
                        [0.45, 0.45, 0.1], [0.125, 0.125, 0.75]])  # fmt: skip
     assert ("lie outside every blend" in out) is mixture_support(rec, fitted).extrapolates
+
+
+def test_report_flags_an_rstar_outside_the_fitted_mixtures(blended_fit_path, tmp_path):
+    from climb_bayes.inference.fitresult import load_fit
+    from climb_bayes.viz.report import rstar_table
+
+    html = tmp_path / "r.html"
+    args = ["report", str(blended_fit_path), "--no-plots", "--budget", "1e11", "-o", str(html)]
+    assert main(args) == 0
+    fit = load_fit(blended_fit_path)
+    table, _ = rstar_table(fit, 1e11)
+    median = table.loc["r* median", list(fit.languages)].to_numpy(dtype=float)
+    sup = mixture_support(median, fit.runs.run_proportions)
+    assert ('id="rstar-extrapolates"' in html.read_text()) is sup.extrapolates
