@@ -65,6 +65,7 @@ __all__ = [
     "load_redpajama",
     "SMALL_MIX_GROUPS",
     "load_mixinglaws",
+    "load_autoscale_ddo",
 ]
 
 REGMIX_TOKENS = 1e9
@@ -289,3 +290,35 @@ def load_mixinglaws(
             series_labels=tuple(f"{size}/{rid}" for rid, _s in agg.index),
         )
     return out
+
+
+def load_autoscale_ddo(root: Path) -> Observations:
+    """AutoScale's DDO perturbation runs (Kang et al. 2025): final losses of 15 GPT-2 Large runs
+    on 7 RedPajama domains.
+
+    Row 0 trains the uniform mixture on 1.2e9 tokens; rows 1-7 cut one domain's data to a fifth,
+    rows 8-14 triple it (``SOURCE.md``). Each row is one run: shares from the token columns,
+    budget their sum (tokens), and per domain the loss ``log(perplexity)`` (nats/token) at that
+    budget. Run ids ``ddo-<row>``.
+
+    References
+    ----------
+    .. [1] Kang, F. et al. (2025), "AutoScale: Scale-Aware Data Mixing for Pre-Training LLMs",
+       COLM 2025, arXiv 2407.20177.
+    """
+    table = pd.read_csv(_require(root / "autoscale_ddo" / "ddo_gpt2large_ppl.csv"))
+    groups = tuple(c[len("tokens_") : -len("_B")] for c in table if c.startswith("tokens_"))
+    tokens = table[[f"tokens_{g}_B" for g in groups]].to_numpy(float) * 1e9
+    budget = np.rint(tokens.sum(axis=1))
+    loss = np.log(table[[f"ppl_{g}" for g in groups]].to_numpy(float))
+    n_runs, m = loss.shape
+    return Observations(
+        groups=groups,
+        run_ids=tuple(f"ddo-{int(k):02d}" for k in table["row"]),
+        run_r=tokens / tokens.sum(axis=1, keepdims=True),
+        run_budget=budget,
+        run=np.repeat(np.arange(n_runs), m),
+        tokens=np.repeat(budget, m),
+        group=np.tile(np.arange(m), n_runs),
+        loss=loss.ravel(),
+    )

@@ -46,6 +46,7 @@ from climb_bayes.decisions.decision import cvar
 from climb_bayes.decisions.solvers import interior_start, solve_batch
 from climb_bayes.laws.base import Law, LawFit
 from climb_bayes.model.discrepancy import edge_fraction
+from climb_bayes.model.mixture_discrepancy import SHARE_FLOOR, mixture_scale, share_range
 
 __all__ = [
     "N_FEATURES",
@@ -84,7 +85,8 @@ class LawDraws(NamedTuple):
         Per-draw arrays (leading axis ``S_k``): ``params`` (dict), ``d`` (budget in the law's
         reference units), ``shift`` ``(S_k, m)`` (``x tau sqrt(rho) a``), ``amp`` ``(S_k, F, m)``
         (``x tau sqrt(1 - rho) sqrt(2 / F) A``), ``omega`` ``(S_k, F, m)``, ``phase``
-        ``(S_k, F)``.
+        ``(S_k, F)``, and the mixture discrepancy's ``mix``, ``mix_lo``, ``mix_hi``
+        ``(S_k, m)`` (:func:`_mixture_theta`).
     index : numpy.ndarray or None
         ``(S_k,)`` the law's posterior draws these are (indices into its
         :class:`~climb_bayes.laws.base.LawFit` draws: its noise ``sigma[index]`` belongs to them).
@@ -132,8 +134,30 @@ def _law_draws(
         "amp": amp,
         "omega": omega,
         "phase": phase,
+        **_mixture_theta(fit, count, rng),
     }
     return LawDraws(fit.law, theta, bounds, idx)
+
+
+def _mixture_theta(fit: LawFit, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The mixture discrepancy's part of ``theta``: ``mix`` ``(S_k, m)`` (``kappa z``, one
+    standard normal per draw and language), ``mix_lo`` / ``mix_hi`` ``(S_k, m)`` (the fitted
+    share range plus :data:`SHARE_FLOOR`). Without a discrepancy or fitted runs: ``mix`` 0 over
+    the range [0, 1], so the term is 0 everywhere. Its normals come from a generator spawned from
+    ``rng``, which leaves ``rng``'s own stream (the draws above) as it was."""
+    m = len(fit.groups)
+    mix = np.zeros((count, m))
+    lo, hi = np.zeros(m), np.ones(m)
+    fo = fit.fit_obs
+    if fit.discrepancy is not None and fo is not None and fo.n:
+        lo, hi = share_range(fo.run_r, fo.run)
+        kappa = mixture_scale(fit.law.name).kappa
+        mix = kappa * rng.spawn(1)[0].standard_normal((count, m))
+    return {
+        "mix": mix,
+        "mix_lo": np.broadcast_to(lo + SHARE_FLOOR, (count, m)).copy(),
+        "mix_hi": np.broadcast_to(hi + SHARE_FLOOR, (count, m)).copy(),
+    }
 
 
 def _edge_bounds(
@@ -196,7 +220,12 @@ def _log_losses(law: Law, bounds: tuple, theta: dict, r: jax.Array) -> jax.Array
         floor = base + jnp.minimum(edge - base, 0.0) * stretch
         out = jnp.where(above, cap - s * jax.nn.softplus((cap - out) / s), out)
         out = jnp.where(below, floor + s * jax.nn.softplus((out - floor) / s), out)
-    return out
+    rf = r + SHARE_FLOOR  # the mixture discrepancy moves the whole curve: after the bounds
+    u = jnp.sum(
+        jnp.maximum(0.0, jnp.log(rf / theta["mix_hi"]))
+        + jnp.maximum(0.0, jnp.log(theta["mix_lo"] / rf))
+    )
+    return out + theta["mix"] * u
 
 
 def _value(law: Law, bounds: tuple, x: jax.Array, theta: dict, shared: Any) -> jax.Array:

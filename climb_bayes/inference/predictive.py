@@ -3,14 +3,17 @@
 For each posterior draw ``s`` and observation ``n`` (language ``i``, budget ``D``, mixture
 ``r``, in run ``g``):
 
-    log y = law_s(D, r)_i + [shift of run g] + delta_s + noise
+    log y = law_s(D, r)_i + [shift of run g] + delta_s + eps + noise
 
 * the **run effect and noise** (:mod:`climb_bayes.model.observation`): a run the fit has seen (a
   later checkpoint of a fitted trajectory) gets the conditional law given that run's fitted
   residuals; a new run gets the marginal one, scale ``sqrt(sigma^2 + sigma_run^2)``;
 * the **discrepancy** ``delta`` (:mod:`climb_bayes.model.discrepancy`), 0 inside the fitted budgets,
   bounded so that the expected loss does not rise with more tokens of the same mixture
-  (:func:`monotone_bounds`).
+  (:func:`monotone_bounds`);
+* the **mixture discrepancy** ``eps`` (:mod:`climb_bayes.model.mixture_discrepancy`), 0 where
+  every language's share lies in the range the fitted runs cover; it moves a mixture's whole
+  curve, so it is added after the monotone bound. Both come with the fit's discrepancy.
 
 :func:`predictive_parts` returns these pieces per draw; :func:`predictive_samples` draws from
 the predictive and :func:`log_predictive_density` scores observations under it (the density of
@@ -40,6 +43,12 @@ from scipy import stats
 
 from climb_bayes.data.observations import Observations
 from climb_bayes.laws.base import LawFit
+from climb_bayes.model.mixture_discrepancy import (
+    mixture_draws,
+    mixture_scale,
+    mixture_sd,
+    share_range,
+)
 from climb_bayes.model.observation import conditional_moments, group_count, group_stats
 
 __all__ = [
@@ -73,6 +82,9 @@ class PredictiveParts(NamedTuple):
     delta_low, delta_high : numpy.ndarray or None
         ``(S, N)`` least and greatest discrepancy a draw may take (:func:`monotone_bounds`;
         ``None``: unbounded).
+    mix_sd : numpy.ndarray or None
+        ``(N,)`` sd of the mixture discrepancy (:mod:`climb_bayes.model.mixture_discrepancy`;
+        ``None``: none).
     """
 
     law: np.ndarray
@@ -82,6 +94,7 @@ class PredictiveParts(NamedTuple):
     delta_sd: np.ndarray
     delta_low: np.ndarray | None = None
     delta_high: np.ndarray | None = None
+    mix_sd: np.ndarray | None = None
 
     @property
     def centre(self) -> np.ndarray:
@@ -97,7 +110,8 @@ class PredictiveParts(NamedTuple):
         inflation[finite] = df[finite] / (df[finite] - 2.0)
         noise = self.scale**2 * inflation
         total = noise + (self.delta_sd**2 if with_discrepancy else 0.0)
-        return np.var(self.centre, axis=0) + np.mean(total, axis=0)
+        mix = self.mix_sd**2 if with_discrepancy and self.mix_sd is not None else 0.0
+        return np.var(self.centre, axis=0) + np.mean(total, axis=0) + mix
 
 
 def draw_index(n_draws: int, n_samples: int, seed: int = 0) -> np.ndarray:
@@ -143,6 +157,7 @@ def predictive_parts(
     *,
     known_runs: bool = True,
     discrepancy: bool = True,
+    mixture: bool = True,
 ) -> PredictiveParts:
     """The pieces of the predictive at ``obs`` for every draw of ``fit``.
 
@@ -157,6 +172,9 @@ def predictive_parts(
         ``False`` treats every observation as a new run.
     discrepancy : bool
         Include the fit's discrepancy (when it has one).
+    mixture : bool
+        With the discrepancy, include the mixture discrepancy too (``False``: the budget
+        discrepancy only, as the calibration of the mixture term needs).
     """
     law = fit.predict_obs(obs)
     s_draws = law.shape[0]
@@ -184,15 +202,26 @@ def predictive_parts(
                 scale[:, known] = np.asarray(sc)
                 df[:, known] = np.asarray(dd)
     delta_sd = np.zeros_like(law)
-    low = high = None
+    low = high = mix = None
     if discrepancy and fit.discrepancy is not None:
+        mix = _mixture_sd(fit, obs) if mixture else None
         d = fit.discrepancy
         if d.tau.shape[0] != s_draws:
             d = d.take(np.arange(s_draws) % d.tau.shape[0])
         delta_sd = d.sd(obs.run_budget[obs.run], obs.group)
         if np.any(delta_sd > 0):
             low, high = monotone_bounds(fit, obs, law)
-    return PredictiveParts(law, shift, scale, df, delta_sd, low, high)
+    return PredictiveParts(law, shift, scale, df, delta_sd, low, high, mix)
+
+
+def _mixture_sd(fit: LawFit, obs: Observations) -> np.ndarray | None:
+    """``(N,)`` sd of the mixture discrepancy at ``obs`` against the fitted runs' share ranges
+    (``None`` when the fit does not know its runs, or where every share is inside)."""
+    fo = fit.fit_obs
+    if fo is None or fo.n == 0:
+        return None
+    sd = mixture_sd(obs.r, share_range(fo.run_r, fo.run), mixture_scale(fit.law.name))
+    return sd if np.any(sd > 0) else None
 
 
 def monotone_bounds(
@@ -281,6 +310,7 @@ def predictive_samples(
     seed: int = 0,
     known_runs: bool = True,
     discrepancy: bool = True,
+    mixture: bool = True,
     parts: PredictiveParts | None = None,
 ) -> np.ndarray:
     """``(n_samples, N)`` draws of ``log y`` from the predictive at ``obs``.
@@ -289,12 +319,16 @@ def predictive_samples(
     it (shared by all observations of that sample, so the joint structure over languages and
     mixtures is kept), and independent noise per observation.
     """
-    parts = parts or predictive_parts(fit, obs, known_runs=known_runs, discrepancy=discrepancy)
+    parts = parts or predictive_parts(
+        fit, obs, known_runs=known_runs, discrepancy=discrepancy, mixture=mixture
+    )
     idx = draw_index(parts.law.shape[0], n_samples, seed)
     rng = np.random.default_rng(seed)
     out = parts.centre[idx] + parts.scale[idx] * _noise_draws(rng, parts.df[idx])
     if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
         out = out + _discrepancy_draws(fit, obs, parts, idx, rng)
+    if discrepancy and parts.mix_sd is not None:
+        out = out + mixture_draws(rng, parts.mix_sd, obs.r, obs.group, n_samples)
     return out
 
 
@@ -305,6 +339,7 @@ def log_predictive_density(
     seed: int = 0,
     known_runs: bool = True,
     discrepancy: bool = True,
+    mixture: bool = True,
     parts: PredictiveParts | None = None,
 ) -> np.ndarray:
     """``(N,)`` log predictive density of each observed ``log y``.
@@ -313,12 +348,17 @@ def log_predictive_density(
     per draw, the discrepancy integrated by one Monte-Carlo draw per posterior draw (the same
     draws as :func:`predictive_samples` with ``n_samples = S``).
     """
-    parts = parts or predictive_parts(fit, obs, known_runs=known_runs, discrepancy=discrepancy)
+    parts = parts or predictive_parts(
+        fit, obs, known_runs=known_runs, discrepancy=discrepancy, mixture=mixture
+    )
     s = parts.law.shape[0]
     delta = np.zeros_like(parts.law)
     if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
         rng = np.random.default_rng(seed)
         delta = _discrepancy_draws(fit, obs, parts, np.arange(s), rng)
+    if discrepancy and parts.mix_sd is not None:
+        rng = np.random.default_rng(seed + 1)
+        delta = delta + mixture_draws(rng, parts.mix_sd, obs.r, obs.group, s)
     z = (obs.log_loss[None, :] - parts.centre - delta) / parts.scale
     finite = np.isfinite(parts.df)
     dens = np.where(
