@@ -12,10 +12,13 @@ import textwrap
 
 import numpy as np
 
+from climb_bayes.model.mixture_discrepancy import mixture_scale, share_range
+
 __all__ = [
     "laplace_summary",
     "no_lfo_reason",
     "ensemble_lines",
+    "mixture_lines",
     "TEXT_WIDTH",
     "DISCREPANCY_SOURCE_WORDS",
 ]
@@ -155,4 +158,34 @@ def ensemble_lines(result, width: int = TEXT_WIDTH) -> list[str]:
             initial_indent="  ",
             subsequent_indent="    ",
         )
-    return lines
+    props = np.asarray(result.tree["constant_data"]["run_proportions"].values)
+    return lines + mixture_lines(result.languages, props, stacked, width)
+
+
+def mixture_lines(
+    languages: tuple[str, ...],
+    run_proportions: np.ndarray,
+    laws: list[str],
+    width: int = TEXT_WIDTH,
+) -> list[str]:
+    """The mixture discrepancy of ``laws``, where the fitted runs' mixtures (``(R, m)``) leave
+    some language's share range short of [0, 1] (Algorithm-1 designs never do: then ``[]``)."""
+    lo, hi = share_range(run_proportions)
+    short = [
+        f"{lang} {a:.2f}-{b:.2f}"
+        for lang, a, b in zip(languages, lo, hi, strict=True)
+        if a > 0 or b < 1
+    ]
+    if not short or not laws:
+        return []
+    shown = ", ".join(short[:4]) + (f" and {len(short) - 4} more" if len(short) > 4 else "")
+    kappas = ", ".join(f"{k} {mixture_scale(k).kappa:.3f}" for k in laws)
+    return textwrap.wrap(
+        f"mixture discrepancy: the fitted runs give {shown} as share ranges; a mixture beyond "
+        "them gets an error of sd kappa x (log share ratio beyond the ranges, summed over "
+        f"languages) on log-loss, kappa {kappas} (calibrated on published runs, "
+        "docs/model.md)",
+        width,
+        initial_indent="  ",
+        subsequent_indent="    ",
+    )

@@ -150,3 +150,16 @@ def test_decision_draws_carry_it_beyond_the_fitted_shares_only(near_uniform_fit)
     other = decision_draws(bare, 1e11, 2000, seed=3)
     assert np.array_equal(other[0].theta["amp"], draws[0].theta["amp"])
     assert np.all(other[0].theta["mix"] == 0)
+
+
+def test_fit_summary_names_the_share_ranges_only_when_they_fall_short():
+    from climb_bayes.data.design import algorithm1_design
+    from climb_bayes.viz.fit_text import mixture_lines
+
+    design = algorithm1_design(LANGS, [1e9, 3e9], seed=0)
+    props = design[[f"r_{lang}" for lang in LANGS]].to_numpy(float)
+    assert mixture_lines(LANGS, props, ["climb", "msl"]) == []  # Algorithm 1: every share 0-1
+    near = np.array([[0.34, 0.33, 0.33], [0.5, 0.3, 0.2], [0.2, 0.5, 0.3]])
+    text = " ".join(" ".join(mixture_lines(LANGS, near, ["msl", "climb"])).split())
+    assert "en 0.20-0.50, de 0.30-0.50, fr 0.20-0.33 as share ranges" in text
+    assert f"kappa msl {mixture_scale('msl').kappa:.3f}, climb " in text
