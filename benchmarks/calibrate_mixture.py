@@ -13,7 +13,9 @@ fitted budgets (the later half of them: steps 6k-12k of 5Mix, 8k-16k of RedPajam
 mixture is extrapolated. The sets: Data Mixing Laws 5Mix and RedPajama (Ye et al. 2024; 70M and
 410M, every domain that qualifies) and AutoScale's DDO runs (Kang et al. 2025;
 ``../shared/data/autoscale_ddo``: 15 final losses (log perplexity) of 7 RedPajama domains, the
-uniform run and one domain's data cut to a fifth or tripled; the 7 tripled runs held out).
+uniform run and one domain's data cut to a fifth or tripled; the 7 tripled runs held out: their
+tripled data makes their budgets 1.3x the largest fitted, so there the budget extrapolates a
+little too).
 
 For each law, ``kappa`` (:mod:`climb_bayes.model.mixture_discrepancy`) maximises the Gaussian
 likelihood of the held-out residuals (law's predictive median) given the predictive's own sd

@@ -327,7 +327,7 @@ def predictive_samples(
     out = parts.centre[idx] + parts.scale[idx] * _noise_draws(rng, parts.df[idx])
     if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
         out = out + _discrepancy_draws(fit, obs, parts, idx, rng)
-    if discrepancy and parts.mix_sd is not None:
+    if discrepancy and mixture and parts.mix_sd is not None:
         out = out + mixture_draws(rng, parts.mix_sd, obs.r, obs.group, n_samples)
     return out
 
@@ -356,7 +356,7 @@ def log_predictive_density(
     if discrepancy and fit.discrepancy is not None and np.any(parts.delta_sd > 0):
         rng = np.random.default_rng(seed)
         delta = _discrepancy_draws(fit, obs, parts, np.arange(s), rng)
-    if discrepancy and parts.mix_sd is not None:
+    if discrepancy and mixture and parts.mix_sd is not None:
         rng = np.random.default_rng(seed + 1)
         delta = delta + mixture_draws(rng, parts.mix_sd, obs.r, obs.group, s)
     z = (obs.log_loss[None, :] - parts.centre - delta) / parts.scale
