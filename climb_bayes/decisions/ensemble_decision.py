@@ -46,7 +46,12 @@ from climb_bayes.decisions.decision import cvar
 from climb_bayes.decisions.solvers import interior_start, solve_batch
 from climb_bayes.laws.base import Law, LawFit
 from climb_bayes.model.discrepancy import edge_fraction
-from climb_bayes.model.mixture_discrepancy import SHARE_FLOOR, mixture_scale, share_range
+from climb_bayes.model.mixture_discrepancy import (
+    ShareRange,
+    mixture_distance,
+    mixture_scale,
+    share_range,
+)
 
 __all__ = [
     "N_FEATURES",
@@ -142,7 +147,7 @@ def _law_draws(
 def _mixture_theta(fit: LawFit, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The mixture discrepancy's part of ``theta``: ``mix`` ``(S_k, m)`` (``kappa z``, one
     standard normal per draw and language), ``mix_lo`` / ``mix_hi`` ``(S_k, m)`` (the fitted
-    share range plus :data:`SHARE_FLOOR`). Without a discrepancy or fitted runs: ``mix`` 0 over
+    share range). Without a discrepancy or fitted runs: ``mix`` 0 over
     the range [0, 1], so the term is 0 everywhere. Its normals come from a generator spawned from
     ``rng``, which leaves ``rng``'s own stream (the draws above) as it was."""
     m = len(fit.groups)
@@ -155,8 +160,8 @@ def _mixture_theta(fit: LawFit, count: int, rng: np.random.Generator) -> dict[st
         mix = kappa * rng.spawn(1)[0].standard_normal((count, m))
     return {
         "mix": mix,
-        "mix_lo": np.broadcast_to(lo + SHARE_FLOOR, (count, m)).copy(),
-        "mix_hi": np.broadcast_to(hi + SHARE_FLOOR, (count, m)).copy(),
+        "mix_lo": np.broadcast_to(lo, (count, m)).copy(),
+        "mix_hi": np.broadcast_to(hi, (count, m)).copy(),
     }
 
 
@@ -220,11 +225,8 @@ def _log_losses(law: Law, bounds: tuple, theta: dict, r: jax.Array) -> jax.Array
         floor = base + jnp.minimum(edge - base, 0.0) * stretch
         out = jnp.where(above, cap - s * jax.nn.softplus((cap - out) / s), out)
         out = jnp.where(below, floor + s * jax.nn.softplus((out - floor) / s), out)
-    rf = r + SHARE_FLOOR  # the mixture discrepancy moves the whole curve: after the bounds
-    u = jnp.sum(
-        jnp.maximum(0.0, jnp.log(rf / theta["mix_hi"]))
-        + jnp.maximum(0.0, jnp.log(theta["mix_lo"] / rf))
-    )
+    # the mixture discrepancy moves the whole curve: added after the bounds
+    u = mixture_distance(r, ShareRange(theta["mix_lo"], theta["mix_hi"]), jnp)
     return out + theta["mix"] * u
 
 

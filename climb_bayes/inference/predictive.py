@@ -346,7 +346,8 @@ def log_predictive_density(
 
     ``log (1/S) sum_s p(log y | draw s, delta_s)``: exact Student-t/Normal density of the noise
     per draw, the discrepancy integrated by one Monte-Carlo draw per posterior draw (the same
-    draws as :func:`predictive_samples` with ``n_samples = S``).
+    draws as :func:`predictive_samples` with ``n_samples = S``); the mixture discrepancy, where
+    there is one, by one draw per posterior draw from its own generator (seed ``seed + 1``).
     """
     parts = parts or predictive_parts(
         fit, obs, known_runs=known_runs, discrepancy=discrepancy, mixture=mixture

@@ -61,7 +61,7 @@ References
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -136,18 +136,19 @@ def share_range(run_r: np.ndarray, runs: np.ndarray | None = None) -> ShareRange
     return ShareRange(r.min(axis=0), r.max(axis=0))
 
 
-def share_excess(r: np.ndarray, fitted: ShareRange) -> np.ndarray:
+def share_excess(r: Any, fitted: ShareRange, xp: Any = np) -> Any:
     """``(..., m)`` log ratio ``e_j`` by which each share of ``r`` lies outside its fitted
-    range (module docstring; 0 inside)."""
-    r = np.asarray(r, dtype=float) + SHARE_FLOOR
+    range (module docstring; 0 inside). ``xp``: the array namespace (``jax.numpy`` for the
+    decision objective, which differentiates it in ``r``)."""
+    r = (np.asarray(r, dtype=float) if xp is np else r) + SHARE_FLOOR
     lo, hi = fitted.lo + SHARE_FLOOR, fitted.hi + SHARE_FLOOR
-    return np.maximum(0.0, np.log(r / hi)) + np.maximum(0.0, np.log(lo / r))
+    return xp.maximum(0.0, xp.log(r / hi)) + xp.maximum(0.0, xp.log(lo / r))
 
 
-def mixture_distance(r: np.ndarray, fitted: ShareRange) -> np.ndarray:
+def mixture_distance(r: Any, fitted: ShareRange, xp: Any = np) -> Any:
     """``(...,)`` distance ``u`` of each mixture ``r`` (``(..., m)``) beyond the fitted shares:
-    the sum of :func:`share_excess` over languages."""
-    return share_excess(r, fitted).sum(axis=-1)
+    the sum of :func:`share_excess` over languages (namespace ``xp``, as there)."""
+    return share_excess(r, fitted, xp).sum(axis=-1)
 
 
 def mixture_sd(r: np.ndarray, fitted: ShareRange, scale: MixtureScale) -> np.ndarray:
