@@ -22,6 +22,7 @@ from climb_bayes.cli._decide import (
     predictive_line,
     render_table,
     strict_option,
+    unchecked_extrapolation_warning,
     write_frame,
     write_json,
 )
@@ -223,6 +224,10 @@ def optimize(
     )
     click.echo(fit_header(fit, fit_file))
     click.echo(predictive_line(ens))
+    if warning := unchecked_extrapolation_warning(
+        ens, budgets, float(np.max(fit.runs.run_budgets))
+    ):
+        click.echo(textwrap.fill(warning, TABLE_WIDTH))
     click.echo(
         "weights: "
         + ", ".join(f"{k}={v:.3g}" for k, v in zip(langs, w, strict=True))

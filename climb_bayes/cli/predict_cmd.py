@@ -20,6 +20,7 @@ from climb_bayes.cli._decide import (
     predictive_line,
     render_table,
     strict_option,
+    unchecked_extrapolation_warning,
     write_frame,
 )
 from climb_bayes.decisions.mixture_support import mixture_support_warning
@@ -212,6 +213,9 @@ def predict(
             list(unique), np.stack(list(unique.values())), fit.runs.run_proportions, langs
         ):
             click.echo(warning)
+    fitted_max = float(np.max(fit.runs.run_budgets))
+    if warning := unchecked_extrapolation_warning(ens, budgets, fitted_max):
+        click.echo(warning)
     if fit.method == "map":
         click.echo(
             "note: a point fit has one draw: 'expected' intervals are points; the predictive "
@@ -310,6 +314,10 @@ def _predict_many(
         ):
             click.echo(warning)
     if many.series is not None and (warning := _no_run_effect_warning(ens)):
+        click.echo(warning)
+    if warning := unchecked_extrapolation_warning(
+        ens, budgets, float(np.max(fit.runs.run_budgets))
+    ):
         click.echo(warning)
     pred = table[table["quantity"] == "predictive"]
     header = ["mixture", "D", "language", "share", "median"]

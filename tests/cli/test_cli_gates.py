@@ -458,3 +458,36 @@ def test_fit_where_fits_one_model_of_a_table_and_records_it(sim_frame3, tmp_path
     assert "data: rows where model = 70M" in text
     code, _t, err = _run(["fit", path, "--where", "model"], capsys)
     assert code == 2 and "is not COLUMN=VALUE" in err
+
+
+def test_predicting_beyond_a_fit_without_lfo_folds_warns(runs3):
+    # two budget levels (5e9, 2.5e10): no leave-future-out folds, so a budget beyond the
+    # largest fitted one is an unchecked extrapolation; a third level gives folds and no warning
+    from climb_bayes.cli._decide import unchecked_extrapolation_warning
+    from climb_bayes.data.observations import Observations
+    from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
+    from climb_bayes.laws import FitOptions, parse_laws
+    from climb_bayes.model.simulate import simulate_runs
+
+    def ensemble(obs):
+        opts = FitOptions(n_starts=1, max_iter=300)
+        return fit_ensemble(obs, parse_laws("isolated,msl"), opts, EnsembleOptions(method="map"))
+
+    two = Observations.from_runs(runs3)
+    top = float(runs3.run_budgets.max())
+    ens = ensemble(two)
+    assert ens.weight_method == "loo-stacking"
+    text = unchecked_extrapolation_warning(ens, [top / 2, 4 * top], top)
+    assert text.startswith("WARNING: D up to 4x the largest fitted budget")
+    assert "third budget" in text
+    assert unchecked_extrapolation_warning(ens, [top], top) == ""  # not beyond the fitted
+
+    from climb_bayes.data.design import algorithm1_design
+    from climb_bayes.model.simulate import example_params
+
+    world = example_params(runs3.languages, seed=3, sigma=0.01)
+    design = algorithm1_design(runs3.languages, [5e9, 1e10, 2.5e10], seed=0, pool="central")
+    three = Observations.from_runs(runs_from_frame(simulate_runs(world, design, seed=0)))
+    ens3 = ensemble(three)
+    assert ens3.weight_method.startswith("lfo")
+    assert unchecked_extrapolation_warning(ens3, [4 * top], top) == ""
