@@ -11,14 +11,19 @@ import pandas as pd
 import pytest
 
 from climb_bayes.cli import main
-from climb_bayes.cli._decide import render_matrix, render_table
+from climb_bayes.cli._decide import render_matrix, render_table, unchecked_extrapolation_warning
+from climb_bayes.data.design import algorithm1_design
+from climb_bayes.data.observations import Observations
 from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.decisions.mixtures import read_mixtures_file
 from climb_bayes.evaluation.holdout_scores import EvalRow, format_table
 from climb_bayes.inference.convergence import fit_gate, law_problems
 from climb_bayes.inference.diagnostics import Diagnostics
+from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
 from climb_bayes.inference.fitresult import load_fit
 from climb_bayes.inference.fitting import fit_runs
+from climb_bayes.laws import FitOptions, parse_laws
+from climb_bayes.model.simulate import example_params, simulate_runs
 
 BAD = Diagnostics(
     max_rhat=1.53,
@@ -463,12 +468,6 @@ def test_fit_where_fits_one_model_of_a_table_and_records_it(sim_frame3, tmp_path
 def test_predicting_beyond_a_fit_without_lfo_folds_warns(runs3):
     # two budget levels (5e9, 2.5e10): no leave-future-out folds, so a budget beyond the
     # largest fitted one is an unchecked extrapolation; a third level gives folds and no warning
-    from climb_bayes.cli._decide import unchecked_extrapolation_warning
-    from climb_bayes.data.observations import Observations
-    from climb_bayes.inference.ensemble import EnsembleOptions, fit_ensemble
-    from climb_bayes.laws import FitOptions, parse_laws
-    from climb_bayes.model.simulate import simulate_runs
-
     def ensemble(obs):
         opts = FitOptions(n_starts=1, max_iter=300)
         return fit_ensemble(obs, parse_laws("isolated,msl"), opts, EnsembleOptions(method="map"))
@@ -481,9 +480,6 @@ def test_predicting_beyond_a_fit_without_lfo_folds_warns(runs3):
     assert text.startswith("WARNING: D up to 4x the largest fitted budget")
     assert "third budget" in text
     assert unchecked_extrapolation_warning(ens, [top], top) == ""  # not beyond the fitted
-
-    from climb_bayes.data.design import algorithm1_design
-    from climb_bayes.model.simulate import example_params
 
     world = example_params(runs3.languages, seed=3, sigma=0.01)
     design = algorithm1_design(runs3.languages, [5e9, 1e10, 2.5e10], seed=0, pool="central")
