@@ -12,9 +12,10 @@ would be too wide by that much. Per law, this fits the non-held-out runs by Lapl
 (:meth:`climb_bayes.laws.base.Law.fit`, seed 0) and takes each (run, language)'s mean residual
 ``log y - median(log yhat)`` over its points (the posterior median: a Laplace fit's mean is
 pulled by its far draws where its Pareto k is large); per (language, budget) their mean is the
-*shared* error and the deviations from it the *mixture-specific* part, whose sd (pooled over languages) is set
-beside the fitted ``sigma_run``, per budget level, for the fitted runs and the held-out ones.
-Prints one markdown table; about 30 s per law on 2 cores with a warm compilation cache.
+*shared* error and the deviations from it the *mixture-specific* part, whose sd (pooled over
+languages) is set beside the fitted ``sigma_run``, per budget level, for the fitted runs and the
+held-out ones. Prints one markdown table; about 10 s per law on 2 cores with a warm compilation
+cache.
 """
 
 from __future__ import annotations
