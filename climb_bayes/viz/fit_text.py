@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 
+from climb_bayes.data.tail_slopes import FINAL_POINT_TAIL, misleading_tails
 from climb_bayes.model.mixture_discrepancy import mixture_scale, share_range
 
 __all__ = [
@@ -32,10 +33,6 @@ DISCREPANCY_SOURCE_WORDS = {
 
 TEXT_WIDTH = 100
 """Characters per line of the wrapped text (the width of the command line's tables)."""
-
-FINAL_POINT_TAIL = 0.99
-"""``--tail-start`` that keeps a run's last 1% of tokens: its final evaluation point unless it
-logs more often than that (:func:`tail_slope_hint`)."""
 
 
 def laplace_summary(attrs) -> str:
@@ -71,17 +68,11 @@ def no_lfo_reason(result) -> str:
 
 
 def tail_slope_hint(runs, n_levels: int) -> str:
-    """A hint for fits over two budget levels whose runs each give several tail points.
-
-    The law reads a tail point as a run of its own ``tokens_seen``, but a run's loss falls over
-    its last steps partly because the learning rate decays there, and with two close budgets
-    that fall can pass for the slope in ``D``. Measured on our own runs (docs/model.md, "Does
-    the tail's within-run slope mislead a two-budget fit?"; the shipped Laplace pipeline, both
-    fits scored on the same final losses): fitted at two budgets on final points only
-    (``--tail-start 0.99``) instead of the default tail, the stacked MRE went 13.0% -> 7.5%
-    (default data, 250k and 500k tokens -> 3M) and 16.3% -> 9.9% (tiny-2024, 100k and 300k ->
-    1M); with three budgets the tail helped CLIMB (4.3% against 6.2%), so it is a hint, not a
-    default.
+    """A hint for a fit whose runs' tails mislead its slope in ``D``
+    (:func:`climb_bayes.data.tail_slopes.misleading_tails`): two budget levels, several tail
+    points per run, and tails that fall unlike the runs across budgets. ``fit`` reads final
+    points only there unless ``--tail-start`` is given, so the hint reaches a user who asked for
+    the tails.
 
     Parameters
     ----------
@@ -95,15 +86,14 @@ def tail_slope_hint(runs, n_levels: int) -> str:
     str
         ``""``, or a clause that continues :func:`no_lfo_reason`'s text.
     """
-    from climb_bayes.inference.lfo import MIN_FIT_LEVELS
-
-    several = runs.point_run.size > len(runs.run_ids)
-    if n_levels != MIN_FIT_LEVELS or not several or runs.tail_start >= FINAL_POINT_TAIL:
+    slopes = misleading_tails(runs, n_levels)
+    if slopes is None:
         return ""
     return (
-        "; the runs' tail points may pass the learning-rate decay off as the slope in D: on "
-        f"our own two-budget runs, final points only (--tail-start {FINAL_POINT_TAIL}) "
-        "extrapolated 1.3-3x better (docs/model.md)"
+        f"; the runs' tails fall at {slopes.median_ratio:.2f}x the slope across budgets (the "
+        "learning-rate schedule, not the law): on our own two-budget runs, final points only "
+        f"(--tail-start {FINAL_POINT_TAIL}, the default here) extrapolated 1.3-3x better "
+        "(docs/model.md)"
     )
 
 
