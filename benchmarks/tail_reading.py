@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/tail_reading.py [--runs CSV] [--exclude EXPR] [--holdout EXPR]
-        [--tails 0.85,0.99] [--label TEXT]
+        [--tails 0.85,0.99] [--likelihood student_t|normal] [--label TEXT]
 
 A run's tail points (``--tail-start 0.85``: its last 15% of tokens) fall partly because the
 learning rate decays there, and every law reads a point at its own ``tokens_seen``, so a fit
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,8 +55,11 @@ def _runs(path: Path, tail: float, exclude: str | None):
     return exclude_runs(runs, exclude, lambda _s: None)[0]
 
 
-def tail_row(path: Path, tail: float, exclude: str | None, holdout: str) -> dict:
-    """Fit on the non-held-out runs read with ``tail``; score on the held-out final losses."""
+def tail_row(
+    path: Path, tail: float, exclude: str | None, holdout: str, likelihood: str | None = None
+) -> dict:
+    """Fit on the non-held-out runs read with ``tail``; score on the held-out final losses.
+    ``likelihood`` replaces the priors' (``None``: the shipped Student-t)."""
     from climb_bayes.data.holdout import holdout_mask
     from climb_bayes.data.observations import Observations
     from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation
@@ -63,7 +67,9 @@ def tail_row(path: Path, tail: float, exclude: str | None, holdout: str) -> dict
     from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.families import resolve_families
     from climb_bayes.laws.registry import parse_laws
+    from climb_bayes.model.priors import Priors
 
+    priors = Priors() if likelihood is None else replace(Priors(), likelihood=likelihood)
     final = _runs(path, FINAL_TAIL, exclude)
     test = Observations.from_runs(final).select_runs(holdout_mask(final, holdout))
     runs = _runs(path, tail, exclude)
@@ -74,7 +80,7 @@ def tail_row(path: Path, tail: float, exclude: str | None, holdout: str) -> dict
         train,
         test,
         laws,
-        FitOptions(seed=0, chains=4, warmup=500, samples=4000),
+        FitOptions(seed=0, chains=4, warmup=500, samples=4000, priors=priors),
         shipped_options("laplace", "laplace"),
     )
     rows = {r.law: r.metrics for r in res.rows if r.ratio_bin == "all"}
@@ -93,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", default=None, help="runs to drop first (--exclude syntax)")
     parser.add_argument("--holdout", default="run_id~holdout", help="held-out runs (test set)")
     parser.add_argument("--tails", default=f"0.85,{FINAL_TAIL}", help="tail starts to compare")
+    parser.add_argument(
+        "--likelihood", default=None, help="replace the priors' likelihood (normal, student_t)"
+    )
     parser.add_argument("--label", default=None, help="first cell of each row")
     args = parser.parse_args(argv)
     climb_bayes.setup_jax()
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|" + "---|" * 12)
     for tail in (float(t) for t in args.tails.split(",")):
-        out = tail_row(args.runs, tail, args.exclude, args.holdout)
+        out = tail_row(args.runs, tail, args.exclude, args.holdout, args.likelihood)
         rows = out["rows"]
         cov = rows["stacked"]["coverage"]
         name = "final" if tail >= FINAL_TAIL else f"{tail:g}"

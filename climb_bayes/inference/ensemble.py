@@ -119,6 +119,7 @@ __all__ = [
     "quantile_average",
     "copula_average",
     "error_correlation",
+    "in_sample_lpd",
 ]
 
 MIN_LOO_DRAWS = 100
@@ -790,9 +791,18 @@ def _loo_weights(
     for name, fit in fits.items():
         ll = pointwise_log_likelihood(fit, obs)
         if ll.shape[0] < MIN_LOO_DRAWS:  # a point fit or a short run: in-sample density
-            lpd[name] = np.log(np.mean(np.exp(ll - ll.max(axis=0)), axis=0)) + ll.max(axis=0)
+            lpd[name] = in_sample_lpd(ll)
             continue
         lpd[name], khat, good_k = _psis_loo_pointwise(ll)
+        failed = ~np.isfinite(lpd[name])
+        if failed.any():
+            lpd[name][failed] = in_sample_lpd(ll[:, failed])
+            if log is not None:
+                log(
+                    f"{name}: PSIS-LOO failed (not finite) at {int(failed.sum())} of "
+                    f"{failed.size} run groups; their in-sample density stands in there "
+                    "(optimistic for this law)"
+                )
         bad = khat > good_k
         if bad.any() and log is not None:
             log(
@@ -801,6 +811,19 @@ def _loo_weights(
                 "stacking weight, is approximate (Vehtari et al. 2024)"
             )
     return stacking_weights(lpd)
+
+
+def in_sample_lpd(ll: np.ndarray) -> np.ndarray:
+    """``(G,)`` in-sample log predictive density ``log mean_s exp(ll[s, g])`` of ``(S, G)``
+    pointwise log-likelihoods.
+
+    Where PSIS-LOO fails (a non-finite ``elpd_i``: the Pareto fit of extreme importance ratios,
+    seen with the Normal likelihood on tiny-2024's final points for CLIMB and the DML, 2026-12-07)
+    it stands in: a NaN would make :func:`arviz_stats.compare`'s stacking return equal weights
+    for every law without a word.
+    """
+    top = ll.max(axis=0)
+    return np.log(np.mean(np.exp(ll - top), axis=0)) + top
 
 
 def _psis_loo_pointwise(ll: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:

@@ -61,3 +61,31 @@ def test_a_law_that_wins_in_one_block_keeps_less_weight_than_pointwise_stacking_
     # a law that loses everywhere gets exactly 0, not the iteration's residue
     lpd["broken"] = a - 5.0
     assert bootstrap_stacking_weights(lpd, blocks, seed=0)["broken"] == 0.0
+
+
+def test_loo_weights_replace_failed_psis_points(monkeypatch):
+    # PSIS-LOO returned NaN at some run groups for CLIMB and the DML (Normal likelihood on
+    # tiny-2024's final points, 2026-12-07), and arviz-stats' stacking then gave every law
+    # 0.25 without a word; the in-sample density now stands in there, and the log says so.
+    import climb_bayes.inference.ensemble as ensemble
+    import climb_bayes.inference.predictive as predictive
+
+    rng = np.random.default_rng(0)
+    good = rng.normal(1.0, 0.05, (400, 30))  # a law that predicts every group well
+    poor = rng.normal(-1.0, 0.05, (400, 30))
+    lls = {"good": good, "poor": poor}
+    monkeypatch.setattr(predictive, "pointwise_log_likelihood", lambda fit, obs: lls[fit])
+    real = ensemble._psis_loo_pointwise
+
+    def failing(ll):
+        elpd, khat, good_k = real(ll)
+        elpd = elpd.copy()
+        elpd[:5] = np.nan
+        return elpd, khat, good_k
+
+    monkeypatch.setattr(ensemble, "_psis_loo_pointwise", failing)
+    said = []
+    weights = ensemble._loo_weights({"good": "good", "poor": "poor"}, None, said.append)
+    assert weights["good"] > 0.9  # not the silent 0.5 / 0.5
+    assert sum("PSIS-LOO failed (not finite) at 5 of 30" in s for s in said) == 2
+    np.testing.assert_allclose(ensemble.in_sample_lpd(good), np.log(np.mean(np.exp(good), 0)))
