@@ -39,11 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import climb_bayes  # noqa: E402
+from climb_bayes.data.tail_slopes import FINAL_POINT_TAIL  # noqa: E402
 
 LAWS = "climb,isolated,msl,dml"
 """The stacked laws, as ``climb-bayes fit`` stacks them."""
-FINAL_TAIL = 0.99
-"""Tail start that keeps only a run's final point (the test points of every row)."""
 
 
 def _runs(path: Path, tail: float, exclude: str | None):
@@ -70,7 +69,7 @@ def tail_row(
     from climb_bayes.model.priors import Priors
 
     priors = Priors() if likelihood is None else replace(Priors(), likelihood=likelihood)
-    final = _runs(path, FINAL_TAIL, exclude)
+    final = _runs(path, FINAL_POINT_TAIL, exclude)
     test = Observations.from_runs(final).select_runs(holdout_mask(final, holdout))
     runs = _runs(path, tail, exclude)
     laws = parse_laws(LAWS, families=resolve_families(None, runs.languages).mapping)
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=default, help="long-form runs CSV")
     parser.add_argument("--exclude", default=None, help="runs to drop first (--exclude syntax)")
     parser.add_argument("--holdout", default="run_id~holdout", help="held-out runs (test set)")
-    parser.add_argument("--tails", default=f"0.85,{FINAL_TAIL}", help="tail starts to compare")
+    parser.add_argument("--tails", default=f"0.85,{FINAL_POINT_TAIL}", help="tail starts")
     parser.add_argument(
         "--likelihood", default=None, help="replace the priors' likelihood (normal, student_t)"
     )
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         out = tail_row(args.runs, tail, args.exclude, args.holdout, args.likelihood)
         rows = out["rows"]
         cov = rows["stacked"]["coverage"]
-        name = "final" if tail >= FINAL_TAIL else f"{tail:g}"
+        name = "final" if tail >= FINAL_POINT_TAIL else f"{tail:g}"
         weights = ", ".join(f"{k} {v:.2f}" for k, v in out["weights"].items() if v >= 0.005)
         cells = [label, name, str(out["n_test"])]
         cells += [f"{rows[law]['mre']:.1%}" for law in ("climb", "msl", "dml", "isolated")]

@@ -38,18 +38,11 @@ __all__ = [
     "misleading_tails",
     "TAIL_SLOPE_TOLERANCE",
     "FINAL_POINT_TAIL",
-    "TAIL_LEVELS",
 ]
 
 FINAL_POINT_TAIL = 0.99
 """``tail_start`` that keeps a run's last 1% of tokens: its final evaluation point unless it
 logs more often than that."""
-
-TAIL_LEVELS = 2
-"""Budget levels at which a fit's slope in ``D`` leans on its runs' tails: with two close
-budgets the tails' within-run slopes weigh as much as the one step between the levels; from
-three on, the leave-future-out folds check the extrapolation (and on our runs the tails helped
-CLIMB there, docs/model.md)."""
 
 TAIL_SLOPE_TOLERANCE = 4.0 / 3.0
 """A median ratio within ``[3/4, 4/3]`` counts as tails that fall like runs of their own
@@ -133,32 +126,30 @@ def tail_slopes(runs: RunsData) -> TailSlopes:
     return TailSlopes(tuple(runs.languages), within, across)
 
 
-def misleading_tails(runs: RunsData, n_levels: int) -> TailSlopes | None:
-    """The slopes of a fit whose tails would mislead its slope in ``D``, else ``None``.
+def misleading_tails(runs: RunsData) -> TailSlopes | None:
+    """The slopes of runs whose tails fall unlike the runs across budgets, else ``None``.
 
-    That is a fit over :data:`TAIL_LEVELS` budget levels whose runs give several tail points
-    each (``tail_start`` below :data:`FINAL_POINT_TAIL`) and whose tails fall at a median
-    ratio to the slope across budgets outside ``[1 / t, t]``, ``t =``
-    :data:`TAIL_SLOPE_TOLERANCE`. On our own two-budget runs, final points only extrapolated
-    1.3-3x better there (stacked MRE 13.0% -> 7.5% on the default data's 250k + 500k -> 3M,
-    16.3% -> 9.9% on tiny-2024's 100k + 300k -> 1M; ``benchmarks/tail_reading.py``), and a
-    learned schedule offset for the tail points did no better than final points
-    (docs/model.md).
+    That is runs that give several tail points each (``tail_start`` below
+    :data:`FINAL_POINT_TAIL`) and whose tails fall at a median ratio to the slope across budgets
+    outside ``[1 / t, t]``, ``t =`` :data:`TAIL_SLOPE_TOLERANCE`. Whether that misleads a fit
+    depends on its budget levels, which the caller judges
+    (:func:`climb_bayes.viz.fit_text.tail_slope_hint`: two levels, no leave-future-out folds).
+    On our own two-budget runs, final points only extrapolated 1.3-3x better there (stacked MRE
+    13.0% -> 7.5% on the default data's 250k + 500k -> 3M, 16.3% -> 9.9% on tiny-2024's 100k +
+    300k -> 1M; ``benchmarks/tail_reading.py``), and a learned schedule offset for the tail
+    points did no better than final points (docs/model.md).
 
     Parameters
     ----------
     runs : RunsData
         The runs a fit is about to use.
-    n_levels : int
-        Their number of budget levels (near-equal budgets merged, as
-        :func:`climb_bayes.inference.lfo.budget_levels` counts them).
 
     Returns
     -------
     TailSlopes or None
     """
     several = runs.point_run.size > len(runs.run_ids)
-    if n_levels != TAIL_LEVELS or not several or runs.tail_start >= FINAL_POINT_TAIL:
+    if not several or runs.tail_start >= FINAL_POINT_TAIL:
         return None
     slopes = tail_slopes(runs)
     return None if slopes.agree() else slopes

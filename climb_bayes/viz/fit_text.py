@@ -89,7 +89,9 @@ def tail_slope_hint(runs, n_levels: int) -> str:
     str
         ``""``, or a clause that continues :func:`no_lfo_reason`'s text.
     """
-    slopes = misleading_tails(runs, n_levels)
+    from climb_bayes.inference.lfo import MIN_FIT_LEVELS
+
+    slopes = misleading_tails(runs) if n_levels == MIN_FIT_LEVELS else None
     if slopes is None:
         return ""
     return (

@@ -40,18 +40,21 @@ def test_tails_simulated_from_the_law_agree():
     slopes = tail_slopes(read_runs(DATA / "synthetic_runs.csv"))
     assert np.all(np.abs(np.log(slopes.ratio)) < np.log(TAIL_SLOPE_TOLERANCE))
     assert slopes.agree()
-    assert misleading_tails(read_runs(DATA / "synthetic_runs.csv"), 2) is None
+    assert misleading_tails(read_runs(DATA / "synthetic_runs.csv")) is None
 
 
-def test_misleading_tails_only_for_two_levels_with_several_tail_points():
+def test_misleading_tails_only_with_several_tail_points():
     fitted = _fitted("tiny2024_runs.csv")
     assert _levels(fitted) == 2
-    found = misleading_tails(fitted, 2)
+    found = misleading_tails(fitted)
     assert found is not None and found.median_ratio == pytest.approx(0.39, abs=0.02)
-    assert misleading_tails(fitted.average_tail(3), 2) is None  # one point per run
-    assert misleading_tails(_fitted("tiny2024_runs.csv", FINAL_POINT_TAIL), 2) is None
-    default = _fitted("default_runs.csv")  # three levels: the LFO folds check it instead
-    assert _levels(default) == 3 and misleading_tails(default, 3) is None
+    assert misleading_tails(fitted.average_tail(3)) is None  # one point per run
+    assert misleading_tails(_fitted("tiny2024_runs.csv", FINAL_POINT_TAIL)) is None
+    # three levels: the tails fall unlike the runs across budgets here too; that the LFO folds
+    # check such a fit instead is the hint's call (tests/viz/test_fit_text.py)
+    default = _fitted("default_runs.csv")
+    assert _levels(default) == 3
+    assert misleading_tails(default).median_ratio == pytest.approx(0.58, abs=0.02)
 
 
 def test_no_across_slope_from_one_budget():
