@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/tail_reading.py [--runs CSV] [--exclude EXPR] [--holdout EXPR]
-        [--tails 0.85,0.99] [--likelihood student_t|normal] [--label TEXT]
+        [--tails 0.85,0.99] [--likelihood student_t|normal] [--priors TOML] [--label TEXT]
 
 A run's tail points (``--tail-start 0.85``: its last 15% of tokens) fall partly because the
 learning rate decays there, and every law reads a point at its own ``tokens_seen``, so a fit
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,10 +54,16 @@ def _runs(path: Path, tail: float, exclude: str | None):
 
 
 def tail_row(
-    path: Path, tail: float, exclude: str | None, holdout: str, likelihood: str | None = None
+    path: Path,
+    tail: float,
+    exclude: str | None,
+    holdout: str,
+    likelihood: str | None = None,
+    priors_file: Path | None = None,
 ) -> dict:
     """Fit on the non-held-out runs read with ``tail``; score on the held-out final losses.
-    ``likelihood`` replaces the priors' (``None``: the shipped Student-t)."""
+    ``priors_file`` (a ``climb-bayes priors`` TOML) replaces the shipped priors and
+    ``likelihood`` the likelihood (``None``: the file's, or the shipped Student-t)."""
     from climb_bayes.data.holdout import holdout_mask
     from climb_bayes.data.observations import Observations
     from climb_bayes.evaluation.lfo_evaluate import evaluate_extrapolation
@@ -66,9 +71,9 @@ def tail_row(
     from climb_bayes.laws.base import FitOptions
     from climb_bayes.laws.families import resolve_families
     from climb_bayes.laws.registry import parse_laws
-    from climb_bayes.model.priors import Priors
+    from climb_bayes.model.priors import load_priors
 
-    priors = Priors() if likelihood is None else replace(Priors(), likelihood=likelihood)
+    priors = load_priors(priors_file, likelihood=likelihood)
     final = _runs(path, FINAL_POINT_TAIL, exclude)
     test = Observations.from_runs(final).select_runs(holdout_mask(final, holdout))
     runs = _runs(path, tail, exclude)
@@ -101,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--likelihood", default=None, help="replace the priors' likelihood (normal, student_t)"
     )
+    parser.add_argument(
+        "--priors", type=Path, default=None, help="priors TOML (e.g. student_df = 4)"
+    )
     parser.add_argument("--label", default=None, help="first cell of each row")
     args = parser.parse_args(argv)
     climb_bayes.setup_jax()
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|" + "---|" * 12)
     for tail in (float(t) for t in args.tails.split(",")):
-        out = tail_row(args.runs, tail, args.exclude, args.holdout, args.likelihood)
+        out = tail_row(args.runs, tail, args.exclude, args.holdout, args.likelihood, args.priors)
         rows = out["rows"]
         cov = rows["stacked"]["coverage"]
         name = "final" if tail >= FINAL_POINT_TAIL else f"{tail:g}"

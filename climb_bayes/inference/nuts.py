@@ -59,6 +59,7 @@ __all__ = [
     "prior_centre",
     "chain_inits",
     "LOWER_BOUNDED_SITES",
+    "lower_bounds",
     "from_unconstrained",
     "FIT_SAMPLER",
 ]
@@ -153,11 +154,13 @@ def _jittered_inits(
         "mu_b": priors.transfer_scale,
     }
     log_spread = {"eta": priors.eta_log_sd, "sigma": 0.5, "sigma_run": 0.5, "tau_b": 0.5, "df": 0.5}
+    bound = lower_bounds(priors)  # jittered on log(value - bound), as NUTS moves them
     out = {}
     for name, z in site_normals(key, base, chains).items():
         value = np.asarray(base[name], float)
         if name in log_spread:
-            out[name] = value * np.exp(0.25 * log_spread[name] * z)
+            low = bound.get(name, 0.0)
+            out[name] = low + (value - low) * np.exp(0.25 * log_spread[name] * z)
         else:
             out[name] = value + 0.25 * spread.get(name, 0.1) * z
     return out
@@ -187,7 +190,7 @@ def chain_inits(
     """
     if base is None:
         base = sampler_coordinates(prior_centre(data, priors), data, priors)
-    return _to_unconstrained(_jittered_inits(key, data, priors, chains, base))
+    return _to_unconstrained(_jittered_inits(key, data, priors, chains, base), priors)
 
 
 def run_nuts(
@@ -314,16 +317,22 @@ def nuts_mcmc(
 
 LOWER_BOUNDED_SITES = {"eta": 0.0, "sigma": 0.0, "sigma_run": 0.0, "tau_b": 0.0, "df": DF_MIN}
 """Latent sites NUTS moves as ``log(value - bound)`` (NumPyro's default transform of a
-``greater_than(bound)`` support); the rest are real."""
+``greater_than(bound)`` support); the rest are real. ``df``'s bound is the priors'
+``student_df_min`` (:func:`lower_bounds`)."""
 
 
-def _to_unconstrained(values: dict[str, np.ndarray]) -> dict[str, jnp.ndarray]:
+def lower_bounds(priors: Priors) -> dict[str, float]:
+    """:data:`LOWER_BOUNDED_SITES` with ``df``'s bound from ``priors``."""
+    return LOWER_BOUNDED_SITES | {"df": float(priors.student_df_min)}
+
+
+def _to_unconstrained(values: dict[str, np.ndarray], priors: Priors) -> dict[str, jnp.ndarray]:
     """Map bounded sites to the log scale NUTS works on (NumPyro's default transforms)."""
-    bound = LOWER_BOUNDED_SITES
+    bound = lower_bounds(priors)
     return {k: jnp.log(v - bound[k]) if k in bound else jnp.asarray(v) for k, v in values.items()}
 
 
-def from_unconstrained(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def from_unconstrained(values: dict[str, np.ndarray], priors: Priors) -> dict[str, np.ndarray]:
     """Inverse of the sampler's transforms: latent values from NUTS's coordinates."""
-    bound = LOWER_BOUNDED_SITES
+    bound = lower_bounds(priors)
     return {k: np.exp(v) + bound[k] if k in bound else np.asarray(v) for k, v in values.items()}

@@ -470,7 +470,7 @@ def _sample_block(
     draws, stats = jax.tree.map(
         lambda *x: _as_double(np.concatenate(x, axis=1)[:, :n_iter]), *parts
     )
-    values = from_unconstrained(jax.tree.map(lambda x: x[:, thin - 1 :: thin], draws))
+    values = from_unconstrained(jax.tree.map(lambda x: x[:, thin - 1 :: thin], draws), priors)
     stats = dict(zip(EXTRA_FIELDS, stats, strict=True))
     return values, _thinned_stats(stats, thin), thin, block_bfmi(stats["energy"])
 

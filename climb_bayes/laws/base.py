@@ -624,7 +624,7 @@ def _numpyro_model(
     scale = sigma[group]
     df = priors.fixed_df
     if priors.learned_df:
-        df_group = numpyro.sample("df", df_prior().expand([m]).to_event(1))
+        df_group = numpyro.sample("df", df_prior(priors.student_df_min).expand([m]).to_event(1))
         df = df_group[group]
     if priors.run_effect:
         run_scale = numpyro.sample(

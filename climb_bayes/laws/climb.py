@@ -28,6 +28,7 @@ from climb_bayes.data.observations import Observations
 from climb_bayes.laws.base import FitOptions, Law, LawFit, Params, ParamSpec, likelihood_df
 from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.model.law import LawParams, log_loss, to_reference_units
+from climb_bayes.model.observation import identifiable_noise
 from climb_bayes.model.priors import Priors
 
 __all__ = ["ClimbLaw", "lawfit_from_fit"]
@@ -166,13 +167,19 @@ def _climb_laplace(
 ) -> LawFit:
     """CLIMB's model by Laplace approximation
     (:func:`climb_bayes.inference.fitting.climb_laplace`), as a :class:`LawFit` without the
-    DataTree that ``fit --method laplace`` builds (the inner folds refit it many times)."""
+    DataTree that ``fit --method laplace`` builds (the inner folds refit it many times).
+
+    The noise model is resolved on ``runs`` as every fit resolves it
+    (:func:`climb_bayes.model.observation.identifiable_noise`: no run effect and a learned
+    ``df`` bounded at 2 where every group is one point); until 2026-12-07 this path skipped
+    that and fitted a table of final losses with both scales and the bound of 1."""
     from climb_bayes.inference.fitting import climb_laplace
     from climb_bayes.inference.laplace import laplace_modes
     from climb_bayes.model.climb_model import model_data
 
-    data = model_data(runs, options.priors)
-    res = climb_laplace(data, options.priors, options.seed, options.samples)
+    priors = identifiable_noise(options.priors, runs.obs_group, log)
+    data = model_data(runs, priors)
+    res = climb_laplace(data, priors, options.seed, options.samples)
     sm = res.samples
     params = to_reference_units(
         LawParams(sm["log_B"], sm["beta"], sm["log_E"], sm["b"], sm["k"], sm["eta"]), data.d_ref
@@ -186,8 +193,8 @@ def _climb_laplace(
         "laplace",
         {k: np.asarray(v) for k, v in params._asdict().items()},
         sm["sigma"],
-        options.priors.likelihood,
-        likelihood_df(options.priors, sm),
+        priors.likelihood,
+        likelihood_df(priors, sm),
         info={
             "converged": res.converged,
             "pareto_k": res.pareto_k,

@@ -414,7 +414,7 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
         if priors.run_effect:
             sigma_run = numpyro.sample("sigma_run", dist.HalfNormal(priors.run_effect_scale))
         if priors.learned_df:
-            df_language = numpyro.sample("df", df_prior())
+            df_language = numpyro.sample("df", df_prior(priors.student_df_min))
 
     log_saturation = jnp.log(-jnp.expm1(-eta * data.reference_share))[target]  # (pair,)
     on_saturated = priors.transfer_prior == "saturated"
@@ -675,7 +675,7 @@ def draw_prior(key: jax.Array, data: ModelData, priors: Priors) -> dict[str, np.
         k_run = jax.random.fold_in(key, 7)
         values["sigma_run"] = priors.run_effect_scale * np.abs(normal(k_run, (m,)))
     if priors.learned_df:
-        values["df"] = draw_df_prior(jax.random.fold_in(key, 8), (m,))
+        values["df"] = draw_df_prior(jax.random.fold_in(key, 8), (m,), priors.student_df_min)
     if priors.hierarchical_transfer:
         values |= {
             "mu_b": priors.transfer_scale * normal(keys[6], ()),

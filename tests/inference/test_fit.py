@@ -15,6 +15,7 @@ from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.inference.fitting import fit_runs
 from climb_bayes.inference.nuts import NutsConfig
 from climb_bayes.model.law import log_loss
+from climb_bayes.model.observation import ONE_POINT_DF_MIN
 from climb_bayes.model.priors import Priors
 from climb_bayes.model.simulate import example_params, simulate_runs
 
@@ -124,8 +125,9 @@ def test_one_point_per_run_fits_without_the_unidentified_run_effect(sim_frame3):
     final = sim_frame3[sim_frame3["tokens_seen"] == sim_frame3["budget_tokens"]]
     lines: list[str] = []
     fit = fit_runs(runs_from_frame(final), method="map", seed=0, n_starts=2, log=lines.append)
-    assert fit.priors.run_effect is False
+    assert fit.priors.run_effect is False and fit.priors.student_df_min == ONE_POINT_DF_MIN
     assert "sigma_run" not in fit.tree["posterior"].data_vars
+    assert float(fit.tree["posterior"]["df"].min()) >= ONE_POINT_DF_MIN
     assert any("run effect off" in line for line in lines)
     # the same runs with their tails keep it
     tails = fit_runs(runs_from_frame(sim_frame3), method="map", seed=0, n_starts=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from climb_bayes.data.runs import runs_from_frame
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.convergence import law_problems
 from climb_bayes.inference.diagnostics import Diagnostics
@@ -14,6 +15,7 @@ from climb_bayes.laws.climb import ClimbLaw, lawfit_from_fit
 from climb_bayes.laws.dml import DMLLaw, full_t
 from climb_bayes.laws.isolated import IsolatedLaw
 from climb_bayes.laws.msl import MSLLaw, family_matrix, optimal_mixture, read_families
+from climb_bayes.model.observation import ONE_POINT_DF_MIN
 
 GROUPS = ("a", "b", "c")
 D_REF = 1e9
@@ -383,6 +385,21 @@ def _two_modes(w: float) -> None:
         ]
     )
     numpyro.factor("mixture", logsumexp(parts))
+
+
+def test_climb_laplace_resolves_the_noise_model_of_one_point_runs(sim_frame3):
+    """The law-level Laplace fit (the shipped pipeline's inner folds, evaluate's extrapolation
+    check) uses the noise model every fit uses: on a table of final losses no run effect and
+    the learned df bounded at 2 (until 2026-12-07 it kept both scales and the bound of 1)."""
+    final = sim_frame3[sim_frame3["tokens_seen"] == sim_frame3["budget_tokens"]]
+    obs = Observations.from_runs(runs_from_frame(final))
+    lines: list[str] = []
+    fit = ClimbLaw().fit(obs, "laplace", FitOptions(seed=0, samples=200), log=lines.append)
+    assert fit.sigma_run is None and np.asarray(fit.student_df).min() >= ONE_POINT_DF_MIN
+    assert any("run effect off" in x for x in lines) and any("bounded below" in x for x in lines)
+    tails = ClimbLaw().fit(Observations.from_runs(runs_from_frame(sim_frame3)), "laplace",
+                           FitOptions(seed=0, samples=200))  # fmt: skip
+    assert tails.sigma_run is not None
 
 
 @pytest.mark.parametrize("w", [0.99, 0.5])

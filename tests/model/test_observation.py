@@ -9,7 +9,9 @@ import pytest
 from scipy import stats
 
 import climb_bayes  # noqa: F401  (float64)
+from climb_bayes.errors import PriorsError
 from climb_bayes.model.observation import (
+    ONE_POINT_DF_MIN,
     GroupedNoise,
     KeyedStudentT,
     conditional_moments,
@@ -125,14 +127,34 @@ def test_run_effect_is_switched_off_only_where_no_group_repeats():
     assert not run_effect_identified(np.arange(7))  # one point per group: only s^2 + t^2 enters
     assert not run_effect_identified(np.array([], dtype=int))
     lines: list[str] = []
-    priors = Priors()
+    priors = Priors(student_df=4.0)
     assert identifiable_noise(priors, GROUP, lines.append) is priors and not lines
     off = identifiable_noise(priors, np.arange(7), lines.append)
     assert off.run_effect is False and off.replace(run_effect=True) == priors
     assert len(lines) == 1 and "not separately identified" in lines[0]
     assert identifiable_noise(priors, None).run_effect is False  # every point its own group
-    already = Priors(run_effect=False)
+    already = Priors(run_effect=False, student_df=4.0)
     assert identifiable_noise(already, np.arange(7), lines.append) is already and len(lines) == 1
+
+
+def test_a_learned_df_is_bounded_at_2_where_every_group_is_one_point():
+    """With one point per group a learned df near 1 collapsed the noise scale (df -> 1.007,
+    sigma -> 0 on tiny-2024's final losses); several points per group keep the bound of 1; a
+    fixed df, or the Normal likelihood, is left as asked."""
+    lines: list[str] = []
+    learned = Priors()
+    assert learned.learned_df and learned.student_df_min == 1.0
+    assert identifiable_noise(learned, GROUP, lines.append) is learned and not lines
+    one = identifiable_noise(learned, np.arange(7), lines.append)
+    assert one.learned_df and one.student_df_min == ONE_POINT_DF_MIN == 2.0
+    assert one.run_effect is False and len(lines) == 2 and "bounded below by 2" in lines[1]
+    assert identifiable_noise(Priors(run_effect=False), None).student_df_min == ONE_POINT_DF_MIN
+    higher = Priors(run_effect=False, student_df_min=3.0)  # a user's higher bound is kept
+    assert identifiable_noise(higher, np.arange(7)) is higher
+    for kept in (Priors(student_df=7.0), Priors(likelihood="normal")):
+        assert identifiable_noise(kept, np.arange(7)).replace(run_effect=True) == kept
+    with pytest.raises(PriorsError, match="student_df_min"):
+        Priors(student_df_min=0.5)
 
 
 def test_singleton_groups_leave_s_and_t_unidentified():
