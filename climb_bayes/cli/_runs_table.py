@@ -16,6 +16,7 @@ __all__ = [
     "families_option",
     "FAMILIES_HELP",
     "read_runs_table",
+    "read_fit_runs",
     "exclude_option",
     "exclude_runs",
     "lfo_cuts_option",
@@ -54,9 +55,11 @@ def runs_table_options(languages_help: str) -> Callable[[F], F]:
         click.option(
             "--tail-start",
             type=float,
-            default=0.85,
-            show_default=True,
-            help="Keep curve points with tokens_seen >= this fraction of the budget.",
+            default=None,
+            help="Keep curve points with tokens_seen >= this fraction of the budget. Default "
+            "0.85, except for a fit over two budget levels whose runs' tails fall unlike the "
+            "runs across budgets (a learning-rate decay): each run's final point only (0.99; "
+            "docs/model.md).",
         ),
         click.option(
             "--tail-average",
@@ -118,6 +121,61 @@ def read_runs_table(
         tail_average=tail_average,
         where=where,
     )
+
+
+def read_fit_runs(
+    runs_file: Path,
+    *,
+    tail_start: float | None,
+    tail_average: int | None,
+    renormalize: bool,
+    languages: str | None,
+    where: dict[str, str] | None,
+    fitted: Callable[[Any], Any],
+    echo: Callable[[str], None],
+) -> Any:
+    """:func:`read_runs_table` with ``--tail-start`` left to the data (``tail_start=None``).
+
+    The runs are read with the default tail (0.85); where the runs a law will be fitted on,
+    ``fitted(runs)`` (after ``--exclude`` and any held-out runs), span two budget levels and
+    their tails fall unlike the runs across budgets
+    (:func:`climb_bayes.data.tail_slopes.misleading_tails`), the table is read again keeping
+    each run's final point only, and ``echo`` says why. A given ``tail_start`` or
+    ``tail_average`` is used as it is.
+    """
+    from climb_bayes.data.runs import DEFAULT_TAIL_START
+    from climb_bayes.data.tail_slopes import FINAL_POINT_TAIL, misleading_tails
+    from climb_bayes.inference.lfo import MIN_FIT_LEVELS, budget_levels
+
+    def read(tail: float) -> Any:
+        return read_runs_table(
+            runs_file,
+            tail_start=tail,
+            tail_average=tail_average,
+            renormalize=renormalize,
+            languages=languages,
+            where=where,
+        )
+
+    if tail_start is not None:
+        return read(tail_start)
+    runs = read(DEFAULT_TAIL_START)
+    if tail_average is not None:
+        return runs
+    chosen = fitted(runs)
+    if budget_levels(chosen.run_budgets).size != MIN_FIT_LEVELS:
+        return runs
+    slopes = misleading_tails(chosen)
+    if slopes is None:
+        return runs
+    echo(
+        f"tail: two budget levels whose runs' tails fall at {slopes.median_ratio:.2f}x the "
+        "slope across budgets (median over groups; the learning-rate schedule, not the law): "
+        f"fitting each run's final point only (tail_start {FINAL_POINT_TAIL}), which "
+        "extrapolated 1.3-3x better on our own two-budget runs (docs/model.md); "
+        f"--tail-start {DEFAULT_TAIL_START} keeps the tails"
+    )
+    return read(FINAL_POINT_TAIL)
 
 
 def exclude_option(help_text: str) -> Callable[[F], F]:

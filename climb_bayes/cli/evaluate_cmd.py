@@ -13,7 +13,7 @@ from climb_bayes.cli._runs_table import (
     exclude_runs,
     families_option,
     lfo_cuts_option,
-    read_runs_table,
+    read_fit_runs,
     runs_table_options,
 )
 
@@ -177,7 +177,7 @@ def evaluate(
     target_accept: float | None,
     priors_file: Path | None,
     where: dict[str, str] | None,
-    tail_start: float,
+    tail_start: float | None,
     tail_average: int | None,
     renormalize: bool,
     languages: str | None,
@@ -238,13 +238,31 @@ def evaluate(
         raise ClimbError("NUTS needs --chains >= 1, --warmup >= 1 and --samples >= --chains.")
     parse_laws(laws_spec)  # validates names before reading the data
     priors = load_priors(priors_file)
-    runs = read_runs_table(
+
+    def held_out(table):
+        """The held-out runs of ``table`` and how they were chosen (none with --lfo)."""
+        if lfo:
+            return np.zeros(table.n_runs, dtype=bool), "--lfo"
+        if holdout_expr is not None:
+            return holdout_mask(table, holdout_expr), f"--holdout {holdout_expr!r}"
+        if holdout_runs is not None:
+            return runs_file_mask(table, holdout_runs), f"--holdout-runs {holdout_runs}"
+        mask = random_mixtures_mask(table, int(holdout_mixtures or 0), seed)
+        return mask, f"--holdout-mixtures {holdout_mixtures} --seed {seed}"
+
+    def fitted(table):
+        kept = exclude_runs(table, exclude_expr, lambda _msg: None)[0]
+        return kept.subset_runs(~held_out(kept)[0])
+
+    runs = read_fit_runs(
         runs_file,
         tail_start=tail_start,
         tail_average=tail_average,
         renormalize=renormalize,
         languages=languages,
         where=where,
+        fitted=fitted,
+        echo=_echo,
     )
     family_choice = resolve_families(families_file, runs.languages)
     laws = parse_laws(laws_spec, families=family_choice.mapping)
@@ -263,15 +281,7 @@ def evaluate(
     if lfo:
         _evaluate_lfo(runs, laws, options, method, lfo_folds, inner_lfo, as_json, out)
         return
-    if holdout_expr is not None:
-        mask = holdout_mask(runs, holdout_expr)
-        how = f"--holdout {holdout_expr!r}"
-    elif holdout_runs is not None:
-        mask = runs_file_mask(runs, holdout_runs)
-        how = f"--holdout-runs {holdout_runs}"
-    else:
-        mask = random_mixtures_mask(runs, int(holdout_mixtures or 0), seed)
-        how = f"--holdout-mixtures {holdout_mixtures} --seed {seed}"
+    mask, how = held_out(runs)
     obs = Observations.from_runs(runs)
     fit_obs, test_obs = obs.select_runs(~mask), obs.select_runs(mask)
     test_runs = runs.subset_runs(mask)

@@ -18,10 +18,11 @@ from climb_bayes.cli._runs_table import (
     exclude_runs,
     families_option,
     lfo_cuts_option,
-    read_runs_table,
+    read_fit_runs,
     runs_table_options,
 )
 from climb_bayes.data.datasets import DATASETS
+from climb_bayes.data.tail_slopes import FINAL_POINT_TAIL
 from climb_bayes.viz.fit_text import ensemble_lines, laplace_summary
 
 __all__ = ["fit", "summary"]
@@ -210,16 +211,21 @@ def fit(
         runs_file = dataset_path(name)
         label = dataset_label(name)
         _echo(f"no runs file given: fitting the shipped '{name}' dataset ({label})")
-    runs = read_runs_table(
+    runs = read_fit_runs(
         runs_file,
         tail_start=tail_start,
         tail_average=tail_average,
         renormalize=renormalize,
         languages=languages,
         where=where,
+        fitted=lambda table: exclude_runs(table, exclude_expr, lambda _msg: None)[0],
+        echo=_echo,
     )
     if where:
         note = "rows where " + ", ".join(f"{c} = {v}" for c, v in where.items())
+        label = f"{label}; {note}" if label else note
+    if tail_start is None and runs.tail_start == FINAL_POINT_TAIL:
+        note = "each run's final point only (its tail falls unlike the runs across budgets)"
         label = f"{label}; {note}" if label else note
     runs, excluded = exclude_runs(runs, exclude_expr, _echo)
     if excluded:

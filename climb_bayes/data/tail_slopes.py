@@ -132,10 +132,11 @@ def misleading_tails(runs: RunsData) -> TailSlopes | None:
     That is runs that give several tail points each (``tail_start`` below
     :data:`FINAL_POINT_TAIL`) and whose tails fall at a median ratio to the slope across budgets
     outside ``[1 / t, t]``, ``t =`` :data:`TAIL_SLOPE_TOLERANCE`. Whether that misleads a fit
-    depends on its budget levels, which the caller judges
-    (:func:`climb_bayes.viz.fit_text.tail_slope_hint`: two levels, no leave-future-out folds).
+    depends on its budget levels, which the callers judge (two levels, no leave-future-out
+    folds: ``climb_bayes.cli._runs_table.read_fit_runs`` then reads final points only, and
+    :func:`climb_bayes.viz.fit_text.tail_slope_hint` tells a user who asked for the tails).
     On our own two-budget runs, final points only extrapolated 1.3-3x better there (stacked MRE
-    13.0% -> 7.5% on the default data's 250k + 500k -> 3M, 16.3% -> 9.9% on tiny-2024's 100k +
+    13.0% -> 7.6% on the default data's 250k + 500k -> 3M, 16.3% -> 10.0% on tiny-2024's 100k +
     300k -> 1M; ``benchmarks/tail_reading.py``), and a learned schedule offset for the tail
     points did no better than final points (docs/model.md).
 

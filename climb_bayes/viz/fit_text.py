@@ -70,12 +70,9 @@ def no_lfo_reason(result) -> str:
 def tail_slope_hint(runs, n_levels: int) -> str:
     """A hint for a fit whose runs' tails mislead its slope in ``D``
     (:func:`climb_bayes.data.tail_slopes.misleading_tails`): two budget levels, several tail
-    points per run, and tails that fall unlike the runs across budgets.
-
-    Why a hint and not the default (docs/model.md, "What `fit` does with it"): final points
-    extrapolated 1.3-3x better in the Laplace pipeline on our two-budget runs, but CLIMB's NUTS
-    on the final points of tiny-2024's two budgets (110 points, 60 parameters, one point per
-    run) did not converge (R-hat 4.07, every draw at the maximum tree depth).
+    points per run, and tails that fall unlike the runs across budgets. ``fit`` reads final
+    points only there unless ``--tail-start`` is given, so the hint reaches a user who asked for
+    the tails.
 
     Parameters
     ----------
@@ -97,8 +94,8 @@ def tail_slope_hint(runs, n_levels: int) -> str:
     return (
         f"; the runs' tails fall at {slopes.median_ratio:.2f}x the slope across budgets (the "
         "learning-rate schedule, not the law): on our own two-budget runs, final points only "
-        f"(--tail-start {FINAL_POINT_TAIL}) extrapolated 1.3-3x better, though CLIMB's NUTS "
-        "need not converge on one point per run (docs/model.md)"
+        f"(--tail-start {FINAL_POINT_TAIL}, the default here) extrapolated 1.3-3x better "
+        "(docs/model.md)"
     )
 
 
