@@ -159,7 +159,7 @@ def _jittered_inits(
     for name, z in site_normals(key, base, chains).items():
         value = np.asarray(base[name], float)
         if name in log_spread:
-            low = bound.get(name, 0.0)
+            low = bound[name]  # every log-spread site is lower-bounded
             out[name] = low + (value - low) * np.exp(0.25 * log_spread[name] * z)
         else:
             out[name] = value + 0.25 * spread.get(name, 0.1) * z
