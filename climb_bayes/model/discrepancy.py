@@ -404,7 +404,17 @@ class LfoResiduals(NamedTuple):
         )
 
 
-def centre_factor(centre: np.ndarray, max_rank: int = 20, share: float = 0.99) -> np.ndarray:
+FACTOR_WIDTH = 20
+"""Columns per group (fold) of the calibration's factor, at least: :func:`centre_factor`'s
+``max_rank``. Narrower groups are padded with the zero column (an identity block in ``I + L^T
+A^-1 L``: the same density), so every law's calibration of one fit has the same shapes and
+they share one compiled sampler; measured on the default data, CLIMB's and the DML's factors
+had 20 columns per fold, MSL's and Isolated's 12, and compiled two samplers (2026-12-07)."""
+
+
+def centre_factor(
+    centre: np.ndarray, max_rank: int = FACTOR_WIDTH, share: float = 0.99
+) -> np.ndarray:
     """Low-rank factor ``L`` (``(n, k)``) with ``L L^T`` the covariance of ``centre``'s draws.
 
     The leading principal components of the ``(S, n)`` draws (a fold fit's predictive centre at
@@ -537,7 +547,8 @@ class _CellStatistics(NamedTuple):
 def _factor_groups(block: np.ndarray, factor: np.ndarray, n_blocks: int) -> tuple:
     """``(group of each block, (G, r) column indices per group, -1 padded)``: the connected
     components of blocks and the factor columns that are non-zero on their residuals; a block
-    that no column touches joins group 0 (its columns there are zero)."""
+    that no column touches joins group 0 (its columns there are zero). Groups are at least
+    :data:`FACTOR_WIDTH` wide."""
     import scipy.sparse
     import scipy.sparse.csgraph
 
@@ -553,6 +564,8 @@ def _factor_groups(block: np.ndarray, factor: np.ndarray, n_blocks: int) -> tupl
     groups = list(dict.fromkeys(col_label.tolist())) or [-1]
     columns = [np.flatnonzero(col_label == g) for g in groups]
     width = max(c.size for c in columns)
+    if r:  # one width for every law's factor: the calibrations share one compiled sampler
+        width = max(width, FACTOR_WIDTH)
     index = np.full((len(groups), width), -1)
     for g, c in enumerate(columns):
         index[g, : c.size] = c
@@ -708,7 +721,9 @@ def _parallel_with_data_as_arguments(chain_fn: functools.partial) -> Any:
     sampler again (``jit_model_args`` does not reach that path): the four laws' calibrations of
     one fit compiled four programs of 8.5-11 s each on a 2-core AMD EPYC without AVX-512
     (2026-12-07, ``JAX_LOG_COMPILES=1``); with the arguments mapped, one program serves every
-    calibration of the same shapes, the same draws.
+    calibration of the same shapes (:data:`FACTOR_WIDTH` makes the laws' shapes equal). The
+    same model, keys and chains; the draws move only by rounding, as XLA no longer folds the
+    data into the program (docs/performance.md).
     """
     kw = chain_fn.keywords
     mapped = _chains_in_parallel(chain_fn.func, kw["collect_fields"], kw["remove_sites"])

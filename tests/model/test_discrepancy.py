@@ -23,6 +23,7 @@ from climb_bayes.inference.predictive import (
 from climb_bayes.laws.base import FitOptions
 from climb_bayes.laws.registry import get_law
 from climb_bayes.model.discrepancy import (
+    FACTOR_WIDTH,
     MIN_SPAN,
     Discrepancy,
     DiscrepancyPrior,
@@ -374,7 +375,9 @@ def test_calibration_likelihood_is_the_gaussian_the_predictive_draws():
     _, logdet = np.linalg.slogdet(sigma)
     want = -0.5 * (z @ np.linalg.solve(sigma, z) + logdet + n * np.log(2 * np.pi))
     stats = _cell_statistics(z, v, x, _cells(block, mix, ls), folds)
-    assert stats.fixed.shape == (2, 4, 4)  # two groups of columns, the wider one 3 + z
+    # two groups of columns (3 and 2 wide), each padded to FACTOR_WIDTH zero-filled columns + z
+    assert stats.fixed.shape == (2, FACTOR_WIDTH + 1, FACTOR_WIDTH + 1)
+    assert np.all(stats.fixed[:, 4:, :] == 0.0)
     got = _cell_log_density(z, v, x, tau_b, rho, _cells(block, mix, ls), folds)
     np.testing.assert_allclose(float(got), want, rtol=1e-9)
 
