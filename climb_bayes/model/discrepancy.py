@@ -725,7 +725,9 @@ def _parallel_with_data_as_arguments(chain_fn: functools.partial) -> Any:
     same model, keys and chains; the draws move only by rounding, as XLA no longer folds the
     data into the program (docs/performance.md).
     """
-    kw = chain_fn.keywords
+    kw = getattr(chain_fn, "keywords", {})
+    if not {"args", "kwargs", "collect_fields", "remove_sites"} <= kw.keys():
+        return jax.pmap(chain_fn)  # another NumPyro layout: its own "parallel", data as constants
     mapped = _chains_in_parallel(chain_fn.func, kw["collect_fields"], kw["remove_sites"])
     return lambda map_args: mapped(map_args, kw["args"], kw["kwargs"])
 

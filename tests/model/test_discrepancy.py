@@ -31,6 +31,7 @@ from climb_bayes.model.discrepancy import (
     _cell_log_density,
     _cell_statistics,
     _cells,
+    _parallel_with_data_as_arguments,
     calibrate,
     centre_factor,
     discrepancy_distance,
@@ -327,6 +328,16 @@ def test_calibrations_of_equal_shapes_share_one_compiled_sampler():
     assert not np.allclose(np.median(d1.tau), np.median(d2.tau))
     again = calibrate(second, prior, np.ones(3), np.ones(3), seed=1)
     np.testing.assert_array_equal(again.tau, d2.tau)
+
+
+def test_chain_method_falls_back_to_a_plain_pmap_for_another_numpyro_layout():
+    """Where NumPyro's one-chain function is not the ``functools.partial`` whose keywords the
+    mapped-arguments path reads, the chains still run in parallel, as ``"parallel"`` runs them."""
+    import jax
+
+    mapped = _parallel_with_data_as_arguments(lambda x: 2.0 * x)
+    x = np.arange(jax.local_device_count(), dtype=float)
+    np.testing.assert_array_equal(np.asarray(mapped(x)), 2.0 * x)
 
 
 def test_calibration_likelihood_is_the_gaussian_the_predictive_draws():
