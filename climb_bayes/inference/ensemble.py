@@ -80,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from climb_bayes.data.observations import Observations, budget_range
+from climb_bayes.data.padding import PaddedShape
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.lfo import LfoFold, lfo_folds
 from climb_bayes.inference.predictive import (
@@ -588,6 +589,9 @@ def fit_ensemble(
     if ens.lfo not in LFO_METHODS:
         raise ClimbError(f"--lfo must be one of {', '.join(LFO_METHODS)}, got {ens.lfo!r}.")
     laws = [law.prepare(obs) for law in laws]
+    # every Laplace fit below (folds and full) padded to the table's shape: a law's fits share
+    # their compiled programs (climb_bayes.inference.argument_potential)
+    options = replace(options, pad_to=PaddedShape.of(obs))
     fits: dict[str, LawFit] = dict(prefit or {})
     # the points every law can predict: stacking compares laws on the same observations
     common = obs
@@ -601,7 +605,7 @@ def fit_ensemble(
     if not folds:  # the PSIS-LOO weights below need every full fit
         _fit_full(laws, fits, obs, ens.method, options, log)
     if ens.lfo_options is not None:
-        fold_opts = ens.lfo_options
+        fold_opts = replace(ens.lfo_options, pad_to=options.pad_to)
     elif ens.lfo == "nuts":  # short chains (FOLD_NUTS_*)
         fold_opts = replace(
             options,

@@ -46,6 +46,7 @@ import numpy as np
 import numpyro
 from jax.flatten_util import ravel_pytree
 
+from climb_bayes.inference.argument_potential import ArgumentPotential, argument_potential
 from climb_bayes.inference.point_fit import jitted_derivatives, multistart_lbfgs, newton_polish
 
 __all__ = [
@@ -188,6 +189,10 @@ def flat_model(
         z = transform_fn(transforms, {k: init_values[k] for k in transforms}, invert=True)
         info = ModelInfo(ParamInfo(z, None, None), potential_fn, postprocess_fn, None)
     z0, unravel = ravel_pytree(info.param_info.z)
+    if found is not None:  # one compiled set for every fit of these shapes
+        shared = argument_potential(model, model_args, info.param_info.z, key, deterministic=replay)
+        if shared is not None:
+            return info, z0, unravel, shared
 
     def potential(x: jax.Array) -> jax.Array:
         return info.potential_fn(unravel(x))
@@ -354,11 +359,14 @@ def laplace_posterior(
         sel = pick == j
         root = mode.v / np.sqrt(mode.w_kept)[None, :]  # cov = root root^T
         z[sel] = np.asarray(mode.search.x)[None, :] + eps[sel] @ root.T
-    post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
+    if isinstance(potential, ArgumentPotential):  # programs shared with equal-shaped fits
+        post, log_p = potential.postprocess_batch(z), -np.asarray(potential.batch(z))
+    else:
+        post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
+        log_p = -np.asarray(jax.jit(jax.vmap(potential))(jnp.asarray(z)))
     samples = {k: np.asarray(val) for k, val in post.items()}
     weights = mass / mass.sum()
     log_q = _mixture_log_density(z, modes, weights)
-    log_p = -np.asarray(jax.jit(jax.vmap(potential))(jnp.asarray(z)))
     top = modes[0]
     return LaplaceResult(
         samples,
@@ -616,7 +624,11 @@ def mode_starts(
     _, polished = _mode_searches(potential, x0, max_iter, polish)
     fun = np.array([p.fun if p is not None else 1e30 for p in polished], dtype=float)
     modes_x = np.stack([p.x if p is not None else x for p, x in zip(polished, x0, strict=True)])
-    potentials = jax.jit(jax.vmap(potential))
+    potentials = (
+        potential.batch
+        if isinstance(potential, ArgumentPotential)
+        else jax.jit(jax.vmap(potential))
+    )
     d = x0.shape[1]
     band = 0.5 * d + 3.0 * np.sqrt(0.5 * d)  # 3 sd above the mean excess of a Gaussian
     keys = jax.random.split(k_draw, chains)

@@ -238,9 +238,15 @@ def run_nuts(
         strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
         init_params = chain_inits(init_key, data, priors, config.chains, base)
         if config.init == "laplace":
+            # an explicit all-True mask: the programs of these searches are then those of the
+            # leave-future-out folds' Laplace fits, whose data are padded to this table's shape
+            # and masked (climb_bayes.inference.argument_potential)
+            masked = data
+            if data.obs_mask is None:
+                masked = data._replace(obs_mask=np.ones(np.shape(data.obs_log_loss), dtype=bool))
             starts = mode_starts(
                 climb_model,
-                (data, priors),
+                (masked, priors),
                 base,
                 init_params,
                 key=init_key,

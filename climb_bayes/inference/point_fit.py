@@ -76,8 +76,16 @@ class OptimResult(NamedTuple):
     all_x: np.ndarray
 
 
-@functools.lru_cache(maxsize=8)
 def jitted_derivatives(fn: Callable[[jax.Array], jax.Array]) -> tuple[Callable, Callable]:
+    """``fn``'s jitted value-and-gradient and Hessian: its own ``fn.derivatives`` where it
+    carries them (:class:`~climb_bayes.inference.argument_potential.ArgumentPotential`, whose
+    programs take the data as arguments), else :func:`_closure_derivatives`."""
+    own = getattr(fn, "derivatives", None)
+    return own if own is not None else _closure_derivatives(fn)
+
+
+@functools.lru_cache(maxsize=8)
+def _closure_derivatives(fn: Callable[[jax.Array], jax.Array]) -> tuple[Callable, Callable]:
     """``fn``'s jitted value-and-gradient and Hessian, one pair per function object: the
     searches and polishes of one objective (a Laplace fit's, a multi-start fit's) compile them
     once instead of once per call (each new ``jax.jit`` wrapper traces and compiles again:

@@ -37,13 +37,14 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from climb_bayes.data.observations import Observations, budget_range
+from climb_bayes.data.padding import PaddedShape, pad_rows, padding_mask
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.diagnostics import Diagnostics, compute_diagnostics
 from climb_bayes.inference.laplace import ModeStarts, evidence_picks, mode_starts
@@ -144,6 +145,11 @@ class FitOptions:
         (:attr:`Law.nuts_target_accept`, what ``climb-bayes fit`` uses).
     priors : Priors
         CLIMB priors; other laws take their likelihood, Student-t df and noise scale from it.
+    pad_to : PaddedShape or None
+        Laplace fits pad their data to this shape, the padding masked out
+        (:mod:`climb_bayes.data.padding`), so that fits of subsets of one table (the
+        leave-future-out folds) and its full fit share one set of compiled programs;
+        ``None``: no padding.
     """
 
     seed: int = 0
@@ -155,6 +161,7 @@ class FitOptions:
     samples: int = 1000
     target_accept: float | None = 0.95
     priors: Priors = field(default_factory=Priors)
+    pad_to: PaddedShape | None = None
 
     def __post_init__(self) -> None:
         self.nuts_config(max(self.chains, 1)).check()
@@ -479,21 +486,10 @@ def fit_map(
     options = _identifiable(options, obs, log)
     m = obs.m
     d_ref = reference_budget(obs.tokens) if d_ref is None else float(d_ref)
-    point_r, point_tokens, obs_point = obs.points()
-    r = jnp.asarray(point_r)
-    d = jnp.asarray(point_tokens / d_ref)
-    pi = jnp.asarray(obs_point)
-    gi = jnp.asarray(obs.group)
-    y = jnp.asarray(obs.log_loss)
-
-    def residual(theta: jax.Array) -> jax.Array:
-        return law.log_loss(law.unpack(theta, m), r, d)[pi, gi] - y
-
-    def least_squares(theta: jax.Array) -> jax.Array:
-        return 0.5 * jnp.sum(residual(theta) ** 2)
-
-    def objective(theta: jax.Array) -> jax.Array:
-        return jnp.sum(huber(residual(theta), options.delta))
+    law_data = _law_data(obs, options, d_ref)
+    mask = np.ones(law_data.y.shape, bool) if law_data.mask is None else law_data.mask
+    data = (law_data.r, law_data.d, law_data.point, law_data.group, law_data.y, mask)
+    least_squares, objective = _map_objectives(law, m, options.delta, data)
 
     x0 = law.pack(law.init(obs), m)
     rng = np.random.default_rng(options.seed)
@@ -525,6 +521,44 @@ def fit_map(
         "n_params": law.n_params(m),
     }
     return fit
+
+
+def _map_objectives(law: Law, m: int, delta: float, data: tuple) -> tuple[Callable, Callable]:
+    """The least-squares and Huber losses of :func:`fit_map` (``theta -> scalar``) on ``data``
+    (``(r, d, point, group, y, mask)``, the padding masked out), their compiled programs shared
+    by every fit of one law and data shapes (a table's padded folds: each compiled its own
+    while the data were constants of the programs); closures over ``data`` where the law is
+    not hashable."""
+    from climb_bayes.inference.argument_potential import BoundObjective
+
+    try:
+        programs = _map_programs(law, m, delta)
+    except TypeError:  # an unhashable law: the closures, compiled per fit
+        return (
+            functools.partial(_map_loss, law, m, None, data=data),
+            functools.partial(_map_loss, law, m, delta, data=data),
+        )
+    return tuple(BoundObjective(vg, hess, data) for vg, hess in programs)
+
+
+def _map_loss(law: Law, m: int, delta: float | None, theta: jax.Array, data: tuple) -> jax.Array:
+    """Half the sum of squared log-loss residuals (``delta`` ``None``) or their summed Huber
+    loss, the padded observations (``mask`` ``False``) contributing 0."""
+    r, d, point, group, y, mask = data
+    residual = (law.log_loss(law.unpack(theta, m), r, d)[point, group] - y) * mask
+    if delta is None:
+        return 0.5 * jnp.sum(residual**2)
+    return jnp.sum(huber(residual, delta))
+
+
+@functools.lru_cache(maxsize=16)
+def _map_programs(law: Law, m: int, delta: float) -> tuple[tuple[Callable, Callable], ...]:
+    out = []
+    for how in (None, delta):
+        value_and_grad = jax.jit(jax.value_and_grad(functools.partial(_map_loss, law, m, how)))
+        hessian = jax.jit(jax.jacfwd(lambda x, data, vg=value_and_grad: vg(x, data)[1]))
+        out.append((value_and_grad, hessian))
+    return tuple(out)
 
 
 def _far_from_prior(
@@ -596,8 +630,10 @@ def _numpyro_model(
     r: jax.Array,
     d: jax.Array,
     y: jax.Array | None,
+    mask: jax.Array | None = None,
 ) -> None:
-    """Any law under the CLIMB model's noise model (:mod:`climb_bayes.model.observation`)."""
+    """Any law under the CLIMB model's noise model (:mod:`climb_bayes.model.observation`);
+    ``mask`` (``(N,)`` bool) leaves padded observations out of the likelihood."""
     import numpyro
     import numpyro.distributions as dist
 
@@ -630,7 +666,7 @@ def _numpyro_model(
         run_scale = numpyro.sample(
             "sigma_run", dist.HalfNormal(priors.run_effect_scale).expand([m]).to_event(1)
         )
-        noise = GroupedNoise(pred, scale, run_scale[group], run_group, df, df_key=group)
+        noise = GroupedNoise(pred, scale, run_scale[group], run_group, df, mask, df_key=group)
         numpyro.sample("y", noise, obs=y)
         return
     if df is None:
@@ -639,7 +675,63 @@ def _numpyro_model(
         noise = KeyedStudentT(df_group, group, pred, scale)
     else:
         noise = dist.StudentT(df, pred, scale)
+    if mask is not None:
+        noise = noise.mask(mask)
     numpyro.sample("y", noise.to_event(1), obs=y)
+
+
+class _LawData(NamedTuple):
+    """A law's data as its fits' compiled programs take them: evaluation points ``r``
+    ``(P, m)`` and ``d`` ``(P,)`` (budget / ``d_ref``), per observation its ``point``,
+    ``group``, run-effect group ``run_group`` and log-loss ``y``, and ``mask`` (``False`` on
+    padding; ``None`` where nothing is padded)."""
+
+    r: jax.Array
+    d: jax.Array
+    point: np.ndarray
+    group: np.ndarray
+    run_group: np.ndarray
+    y: jax.Array
+    mask: np.ndarray | None
+
+
+def _law_data(obs: Observations, options: FitOptions, d_ref: float) -> _LawData:
+    """``obs`` as :class:`_LawData`, padded to ``options.pad_to`` where that is given (and holds
+    ``obs``) with the padding masked out, so that every fit of one table's subsets shares its
+    compiled programs (:mod:`climb_bayes.inference.argument_potential`)."""
+    point_r, point_tokens, obs_point = obs.points()
+    by_obs = [obs_point, np.asarray(obs.group), np.asarray(obs.obs_group), obs.log_loss]
+    mask = None
+    pad = options.pad_to
+    if pad is not None and pad.holds(obs.n, point_tokens.size, 0):
+        point_r = pad_rows(point_r, pad.n_points)
+        point_tokens = pad_rows(point_tokens, pad.n_points)
+        by_obs = [pad_rows(a, pad.n_obs) for a in by_obs]
+        mask = padding_mask(obs.n, pad.n_obs)
+    point, group, run_group, y = by_obs
+    return _LawData(
+        jnp.asarray(point_r), jnp.asarray(point_tokens / d_ref), point, group, run_group,
+        jnp.asarray(y), mask,
+    )  # fmt: skip
+
+
+def _model_arguments(law: Law, obs: Observations, options: FitOptions, d_ref: float) -> tuple:
+    """The arguments of :func:`_numpyro_model` for ``obs`` (:func:`_law_data`: padded to
+    ``options.pad_to`` where that is given)."""
+    data = _law_data(obs, options, d_ref)
+    return (
+        law,
+        law.priors(obs, options.priors),
+        data.point,
+        data.group,
+        data.run_group,
+        obs.m,
+        options.priors,
+        data.r,
+        data.d,
+        data.y,
+        data.mask,
+    )
 
 
 def fit_nuts(
@@ -712,7 +804,11 @@ def fit_nuts(
         jnp.asarray(obs.log_loss),
     )
     key_start, key_run = jax.random.split(jax.random.PRNGKey(options.seed))
-    init_params, starts = _mode_starts(model, args, start, chains, key_start)
+    # the searches on the model with every argument passed (padded as the ensemble's Laplace
+    # fits are): they share those fits' compiled programs
+    init_params, starts = _mode_starts(
+        _numpyro_model, _model_arguments(law, obs, options, d_ref), start, chains, key_start
+    )
     log(
         f"{law.name}: chain starts: L-BFGS from the point fit and {MODE_SEARCHES - 1} jittered "
         f"starts reached {starts.modes} mode(s) (lowest potential "
@@ -892,19 +988,7 @@ def fit_laplace(
     d_ref = point.d_ref
     m = obs.m
     start = _sampler_start(law, point, options.priors)
-    point_r, point_tokens, obs_point = obs.points()
-    args = (
-        law,
-        law.priors(obs, options.priors),
-        obs_point,
-        np.asarray(obs.group),
-        np.asarray(obs.obs_group),
-        m,
-        options.priors,
-        jnp.asarray(point_r),
-        jnp.asarray(point_tokens / d_ref),
-        jnp.asarray(obs.log_loss),
-    )
+    args = _model_arguments(law, obs, options, d_ref)
     t0 = time.perf_counter()
     key_start, key = jax.random.split(jax.random.PRNGKey(options.seed))
     # the first of the searches' starts is ``start`` itself, which laplace_posterior adds

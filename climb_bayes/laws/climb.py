@@ -175,10 +175,12 @@ def _climb_laplace(
     that and fitted a table of final losses with both scales and the bound of 1."""
     from climb_bayes.inference.fitting import climb_laplace
     from climb_bayes.inference.laplace import laplace_modes
-    from climb_bayes.model.climb_model import model_data
+    from climb_bayes.model.climb_model import model_data, pad_model_data
 
     priors = identifiable_noise(options.priors, runs.obs_group, log)
     data = model_data(runs, priors)
+    if options.pad_to is not None:  # programs shared with the other folds' fits
+        data = pad_model_data(data, options.pad_to)
     res = climb_laplace(data, priors, options.seed, options.samples)
     sm = res.samples
     params = to_reference_units(

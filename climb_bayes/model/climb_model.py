@@ -100,6 +100,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
+from climb_bayes.data.padding import PaddedShape, pad_rows, padding_mask
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
 from climb_bayes.model.observation import GroupedNoise, KeyedStudentT, df_prior, draw_df_prior
@@ -113,6 +114,7 @@ from climb_bayes.model.priors import Priors
 __all__ = [
     "ModelData",
     "model_data",
+    "pad_model_data",
     "reference_share",
     "sampler_coordinates",
     "draw_prior",
@@ -304,6 +306,33 @@ def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> Mo
         obs_group=group,
         transfer_budget=transfer_budget(runs.point_tokens[runs.obs_point] / d_ref),
         group_language=group_language,
+    )
+
+
+def pad_model_data(data: ModelData, shape: PaddedShape) -> ModelData:
+    """``data`` padded to ``shape`` (:mod:`climb_bayes.data.padding`): observations, evaluation
+    points and run groups repeated from the first, the padded observations masked out (the
+    density is ``data``'s). ``data`` unchanged but for an all-``True`` mask when it is larger
+    than ``shape`` in any size.
+
+    Fits of subsets of one table padded to its shape share compiled programs
+    (:mod:`climb_bayes.inference.argument_potential`)."""
+    n, p, g = data.obs_log_loss.shape[0], data.point_d.shape[0], data.n_groups or 0
+    if not shape.holds(n, p, g):
+        return data._replace(obs_mask=np.ones(n, dtype=bool))
+    pad_obs = {
+        k: pad_rows(getattr(data, k), shape.n_obs)
+        for k in ("obs_point", "obs_language", "obs_log_loss", "obs_group")
+        if getattr(data, k) is not None
+    }
+    return data._replace(
+        point_r=pad_rows(data.point_r, shape.n_points),
+        point_d=pad_rows(data.point_d, shape.n_points),
+        obs_mask=padding_mask(n, shape.n_obs),
+        group_language=(
+            None if data.group_language is None else pad_rows(data.group_language, shape.n_groups)
+        ),
+        **pad_obs,
     )
 
 
