@@ -180,3 +180,29 @@ def nuts_fit3(runs3):
 @pytest.fixture()
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture()
+def backend_compiles():
+    """``with backend_compiles() as compiles:`` collects the seconds of every XLA backend
+    compilation while the block runs (``jax.monitoring``'s event): a test that two programs
+    are shared asserts the list stays empty."""
+    import contextlib
+
+    import jax.monitoring
+
+    @contextlib.contextmanager
+    def watch():
+        compiles: list[float] = []
+
+        def count(event: str, duration: float, **kwargs) -> None:
+            if event == "/jax/core/compile/backend_compile_duration":
+                compiles.append(duration)
+
+        jax.monitoring.register_event_duration_secs_listener(count)
+        try:
+            yield compiles
+        finally:
+            jax.monitoring.unregister_event_duration_listener(count)
+
+    return watch

@@ -39,6 +39,7 @@ from climb_bayes.model.climb_model import (
     model_trace,
     pair_labels,
     sampler_coordinates,
+    with_mask,
 )
 from climb_bayes.model.observation import draw_noise, identifiable_noise
 from climb_bayes.model.priors import Priors, priors_to_toml
@@ -183,7 +184,7 @@ def climb_laplace(data: ModelData, priors: Priors, seed: int, n_draws: int) -> L
     key_start, key = jax.random.split(jax.random.PRNGKey(seed))
     return laplace_posterior(
         climb_model,
-        (data, priors),
+        (with_mask(data), priors),  # the programs of the folds' padded fits (with_mask)
         start,
         key=key,
         n_draws=n_draws,

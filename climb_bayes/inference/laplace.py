@@ -173,7 +173,10 @@ def flat_model(
         ``param_info.z`` the start, unconstrained; ``potential_fn``, ``postprocess_fn``; no
         ``model_trace`` on the abstract path), the start as a flat unconstrained vector, the map
         from such a vector to the sites' dict, and the potential energy (negative log density,
-        unconstrained) of a flat vector.
+        unconstrained) of a flat vector: on the abstract path an
+        :class:`~climb_bayes.inference.argument_potential.ArgumentPotential`, whose compiled
+        programs take the model's data as arguments and are shared by every set-up of the same
+        model and shapes (where the model allows it), else a closure.
     """
     from numpyro.infer.util import ModelInfo, ParamInfo, get_potential_fn, transform_fn
 

@@ -42,7 +42,7 @@ from numpyro.infer import (
 from climb_bayes.errors import ClimbError
 from climb_bayes.inference.laplace import evidence_picks, mode_starts
 from climb_bayes.inference.point_fit import PointFit
-from climb_bayes.model.climb_model import ModelData, climb_model, sampler_coordinates
+from climb_bayes.model.climb_model import ModelData, climb_model, sampler_coordinates, with_mask
 from climb_bayes.model.observation import DF_MIN, LEARNED_DF_START
 from climb_bayes.model.priors import Priors
 
@@ -238,15 +238,11 @@ def run_nuts(
         strategy = init_to_value(values={k: jnp.asarray(v) for k, v in base.items()})
         init_params = chain_inits(init_key, data, priors, config.chains, base)
         if config.init == "laplace":
-            # an explicit all-True mask: the programs of these searches are then those of the
-            # leave-future-out folds' Laplace fits, whose data are padded to this table's shape
-            # and masked (climb_bayes.inference.argument_potential)
-            masked = data
-            if data.obs_mask is None:
-                masked = data._replace(obs_mask=np.ones(np.shape(data.obs_log_loss), dtype=bool))
+            # with_mask: these searches share the programs of the leave-future-out folds'
+            # Laplace fits, whose data are padded to this table's shape and masked
             starts = mode_starts(
                 climb_model,
-                (masked, priors),
+                (with_mask(data), priors),
                 base,
                 init_params,
                 key=init_key,

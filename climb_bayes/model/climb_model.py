@@ -115,6 +115,7 @@ __all__ = [
     "ModelData",
     "model_data",
     "pad_model_data",
+    "with_mask",
     "reference_share",
     "sampler_coordinates",
     "draw_prior",
@@ -309,6 +310,16 @@ def model_data(runs: RunsData, priors: Priors, d_ref: float | None = None) -> Mo
     )
 
 
+def with_mask(data: ModelData) -> ModelData:
+    """``data`` with an explicit all-``True`` ``obs_mask`` where it has none: the same density,
+    and the same program structure as a fold padded to this table's shape
+    (:func:`pad_model_data`), so the full fit's mode searches and the folds' Laplace fits share
+    their compiled programs (:mod:`climb_bayes.inference.argument_potential`)."""
+    if data.obs_mask is not None:
+        return data
+    return data._replace(obs_mask=np.ones(np.shape(data.obs_log_loss), dtype=bool))
+
+
 def pad_model_data(data: ModelData, shape: PaddedShape) -> ModelData:
     """``data`` padded to ``shape`` (:mod:`climb_bayes.data.padding`): observations, evaluation
     points and run groups repeated from the first, the padded observations masked out (the
@@ -319,7 +330,7 @@ def pad_model_data(data: ModelData, shape: PaddedShape) -> ModelData:
     (:mod:`climb_bayes.inference.argument_potential`)."""
     n, p, g = data.obs_log_loss.shape[0], data.point_d.shape[0], data.n_groups or 0
     if not shape.holds(n, p, g):
-        return data._replace(obs_mask=np.ones(n, dtype=bool))
+        return with_mask(data)
     pad_obs = {
         k: pad_rows(getattr(data, k), shape.n_obs)
         for k in ("obs_point", "obs_language", "obs_log_loss", "obs_group")

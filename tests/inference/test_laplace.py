@@ -255,25 +255,7 @@ def test_flat_model_matches_numpyro_initialize_model():
                 np.testing.assert_allclose(got[k], want[k], rtol=1e-12)
 
 
-def _compiles_during(fn) -> list[float]:
-    """Backend compilations (seconds each) while ``fn()`` runs."""
-    import jax.monitoring
-
-    compiles: list[float] = []
-
-    def count(event: str, duration: float, **kwargs) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
-
-    jax.monitoring.register_event_duration_secs_listener(count)
-    try:
-        fn()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(count)
-    return compiles
-
-
-def test_laplace_fits_of_equal_shapes_share_compiled_programs():
+def test_laplace_fits_of_equal_shapes_share_compiled_programs(backend_compiles):
     """The model's data enter the compiled potential, gradient, Hessian and batched
     post-processing as arguments: a second fit of other data of the same shapes compiles
     nothing (each compiled its own when the data were constants of the programs), and each
@@ -286,14 +268,9 @@ def test_laplace_fits_of_equal_shapes_share_compiled_programs():
     y1 = jnp.array([0.3, -1.2, 2.5, 0.8, 4.0])
     y2 = y1 + 3.0
     first = laplace_posterior(_bounded_with_deterministic, (y1,), init, key=key, n_draws=200)
-    out = {}
-    compiles = _compiles_during(
-        lambda: out.update(
-            res=laplace_posterior(_bounded_with_deterministic, (y2,), init, key=key, n_draws=200)
-        )
-    )
+    with backend_compiles() as compiles:
+        second = laplace_posterior(_bounded_with_deterministic, (y2,), init, key=key, n_draws=200)
     assert compiles == []
-    second = out["res"]
     # the location follows its own data; the deterministic site comes back with the draws
     assert abs(np.median(second.samples["loc"]) - np.median(first.samples["loc"]) - 3.0) < 0.3
     np.testing.assert_allclose(

@@ -454,13 +454,11 @@ def test_each_law_has_its_own_target_acceptance_unless_one_is_given():
 
 
 @pytest.mark.parametrize("name", ["isolated", "climb"])
-def test_padded_fold_fits_of_a_law_share_their_compiled_programs(runs3, name):
+def test_padded_fold_fits_of_a_law_share_their_compiled_programs(runs3, name, backend_compiles):
     """Two Laplace fits of different subsets of one table, padded to its shape (as the
     ensemble's leave-future-out folds are): the second compiles nothing -- its point fit,
     mode searches, Hessians and draws run the first one's programs with its own data -- and
     is its own data's fit."""
-    import jax.monitoring
-
     from climb_bayes.data.padding import PaddedShape
 
     obs = Observations.from_runs(runs3)
@@ -468,17 +466,8 @@ def test_padded_fold_fits_of_a_law_share_their_compiled_programs(runs3, name):
     first, second = obs.select(obs.run % 3 != 0), obs.select(obs.run % 3 != 1)
     law = get_law(name)
     fit_a = law.prepare(first).fit(first, "laplace", opts)
-    compiles: list[float] = []
-
-    def count(event: str, duration: float, **kwargs) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
-
-    jax.monitoring.register_event_duration_secs_listener(count)
-    try:
+    with backend_compiles() as compiles:
         fit_b = law.prepare(second).fit(second, "laplace", opts)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(count)
     assert compiles == []
     assert fit_a.fit_obs.n == first.n and fit_b.fit_obs.n == second.n
     assert not np.allclose(np.median(fit_a.draws["log_E"], 0), np.median(fit_b.draws["log_E"], 0))

@@ -303,27 +303,16 @@ def test_calibration_does_not_read_a_fold_fits_parameter_error_as_discrepancy(se
     assert lo < 0.3 < hi
 
 
-def test_calibrations_of_equal_shapes_share_one_compiled_sampler():
+def test_calibrations_of_equal_shapes_share_one_compiled_sampler(backend_compiles):
     """Every law of a fit is calibrated on residuals of the same shapes: the second calibration
     reuses the first one's compiled sampler (its data enter as arguments, not as constants of
     the program; with NumPyro's ``chain_method="parallel"`` each compiled its own, 8.5-11 s on
     a 2-core machine), and the two calibrations are still their own data's."""
-    import jax.monitoring
-
-    compiles = []
-
-    def count(event: str, duration: float, **kwargs) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
-
     prior = DiscrepancyPrior(0.01, 1.0, "test")
     first, second = _world_with_parameter_error(1), _world_with_parameter_error(2)
     d1 = calibrate(first, prior, np.ones(3), np.ones(3), seed=1)
-    jax.monitoring.register_event_duration_secs_listener(count)
-    try:
+    with backend_compiles() as compiles:
         d2 = calibrate(second, prior, np.ones(3), np.ones(3), seed=1)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(count)
     assert compiles == []
     assert not np.allclose(np.median(d1.tau), np.median(d2.tau))
     again = calibrate(second, prior, np.ones(3), np.ones(3), seed=1)
