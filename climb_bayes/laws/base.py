@@ -784,25 +784,13 @@ def fit_nuts(
     point = fit_map(law, obs, init_opts, d_ref=d_ref, log=log)
     d_ref = point.d_ref
     m = obs.m
-    dists = law.priors(obs, options.priors)
     start = {k: jnp.asarray(v) for k, v in _sampler_start(law, point, options.priors).items()}
-    point_r, point_tokens, obs_point = obs.points()
-    model = functools.partial(
-        _numpyro_model,
-        law,
-        dists,
-        obs_point,
-        np.asarray(obs.group),
-        np.asarray(obs.obs_group),
-        m,
-        options.priors,
-    )
+    # NUTS samples the table as it is (the data bound, the first seven arguments); its chain
+    # starts' searches below run on the padded arguments
+    unpadded = _model_arguments(law, obs, replace(options, pad_to=None), d_ref)
+    model = functools.partial(_numpyro_model, *unpadded[:7])
     chains = max(options.chains, 1)
-    args = (
-        jnp.asarray(point_r),
-        jnp.asarray(point_tokens / d_ref),
-        jnp.asarray(obs.log_loss),
-    )
+    args = unpadded[7:10]  # r, d, y
     key_start, key_run = jax.random.split(jax.random.PRNGKey(options.seed))
     # the searches on the model with every argument passed (padded as the ensemble's Laplace
     # fits are): they share those fits' compiled programs
