@@ -77,6 +77,7 @@ from climb_bayes.model.climb_model import (
     model_trace,
     pair_indices,
 )
+from climb_bayes.model.observation import pad_segment_layout, segment_layout
 from climb_bayes.model.priors import Priors
 
 __all__ = [
@@ -174,7 +175,22 @@ def language_blocks(data: ModelData) -> list[ModelData]:
                 irreducible_loc=np.asarray(data.irreducible_loc, float)[[i]],
             )
         )
-    return blocks
+    return _with_segment_layouts(blocks)
+
+
+def _with_segment_layouts(blocks: list[ModelData]) -> list[ModelData]:
+    """``blocks`` with the layout of their run groups (:class:`SegmentLayout`), padded to one
+    shape: the kernel gets each block's data as arguments (traced), where the grouped
+    likelihood would otherwise take segment means and a Student-t normaliser per run group
+    (:class:`~climb_bayes.model.observation.GroupedNoise`, ``layout``)."""
+    if blocks[0].obs_group is None or blocks[0].n_groups is None:
+        return blocks
+    layouts = [segment_layout(b.obs_group, b.obs_mask, b.n_groups, b.obs_language) for b in blocks]
+    n_pairs = max(lay.pair_member.size for lay in layouts)
+    return [
+        b._replace(segment_layout=pad_segment_layout(lay, n_pairs))
+        for b, lay in zip(blocks, layouts, strict=True)
+    ]
 
 
 def _block_group_count(data: ModelData, sel: np.ndarray) -> int:

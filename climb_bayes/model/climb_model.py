@@ -103,7 +103,13 @@ import numpyro.distributions as dist
 from climb_bayes.data.padding import PaddedShape, pad_rows, padding_mask
 from climb_bayes.data.runs import RunsData
 from climb_bayes.model.law import log_loss_at_ratio, saturating_ratio
-from climb_bayes.model.observation import GroupedNoise, KeyedStudentT, df_prior, draw_df_prior
+from climb_bayes.model.observation import (
+    GroupedNoise,
+    KeyedStudentT,
+    SegmentLayout,
+    df_prior,
+    draw_df_prior,
+)
 from climb_bayes.model.power_coordinates import (
     POWER_SITES,
     power_coordinates,
@@ -162,6 +168,7 @@ class ModelData(NamedTuple):
     obs_group: np.ndarray | None = None  # (N,) int < N; (run, language) group of each obs
     transfer_budget: float = float("inf")  # budget d* (reference units) of the sampled transfer
     group_language: np.ndarray | None = None  # (G,) int; language of each group (ids < G)
+    segment_layout: SegmentLayout | None = None  # of obs_group/obs_mask, for traced data
 
     @property
     def n_groups(self) -> int | None:
@@ -340,6 +347,7 @@ def pad_model_data(data: ModelData, shape: PaddedShape) -> ModelData:
         point_r=pad_rows(data.point_r, shape.n_points),
         point_d=pad_rows(data.point_d, shape.n_points),
         obs_mask=padding_mask(n, shape.n_obs),
+        segment_layout=None,  # of the unpadded observations: stale
         group_language=(
             None if data.group_language is None else pad_rows(data.group_language, shape.n_groups)
         ),
@@ -513,6 +521,7 @@ def climb_model(data: ModelData, priors: Priors, observed: bool = True) -> None:
             data.obs_mask,
             data.n_groups,
             df_key=data.obs_language,
+            layout=data.segment_layout,
         )
         numpyro.sample("log_loss", noise, obs=y)
         return

@@ -100,6 +100,45 @@ def test_joint_log_density_is_the_sum_of_the_blocks(runs3, seed):
     assert float(wrong) != pytest.approx(float(parts[0]), rel=1e-6)
 
 
+def test_traced_blocks_keep_the_joint_density_through_their_segment_layouts(runs3):
+    """The block kernel gets each block's data as traced arguments; the grouped likelihood
+    then uses the blocks' precomputed segment layouts (padded to one shape), and must give
+    the joint density, also where the blocks' run groups differ in number and size."""
+    import jax
+
+    priors = Priors()
+    full = model_data(runs3, priors)
+    keep = np.ones(full.obs_language.size, bool)
+    keep[np.flatnonzero(full.obs_language == 0)[:5]] = False  # whole groups and a part
+    keep[np.flatnonzero(full.obs_language == 2)[1:3]] = False
+    data = full._replace(
+        **{k: getattr(full, k)[keep] for k in ("obs_point", "obs_language", "obs_log_loss")},
+        obs_group=full.obs_group[keep],
+    )
+    blocks = language_blocks(data)
+    layouts = [b.segment_layout for b in blocks]
+    assert len({tuple(np.shape(a) for a in lay) for lay in layouts}) == 1  # one shape
+    assert len({tuple(lay.pair_size) for lay in layouts}) > 1  # the blocks' groups differ
+    m = runs3.n_languages
+    traced = jax.jit(lambda block, values: log_density(climb_model, (block, priors), {}, values)[0])
+    for seed in range(3):
+        draw = draw_prior(jax.random.PRNGKey(seed), data, priors)
+        values = {k: np.asarray(draw[k]) for k in latent_sites(priors)}
+        joint, _ = log_density(climb_model, (data, priors), {}, values)
+        parts = [traced(b, _block_values(values, i, m)) for i, b in enumerate(blocks)]
+        assert float(joint) == pytest.approx(float(sum(parts)), rel=1e-10, abs=1e-8)
+        # Without the layouts the traced blocks take segment means: the same density.
+        plain = [
+            traced(b._replace(segment_layout=None), _block_values(values, i, m))
+            for i, b in enumerate(blocks)
+        ]
+        np.testing.assert_allclose(parts, plain, rtol=1e-12)
+    # A layout of another block is a different density (the layout is read, not ignored).
+    swapped = blocks[0]._replace(segment_layout=layouts[1])
+    values0 = _block_values(values, 0, m)
+    assert float(traced(swapped, values0)) != pytest.approx(float(parts[0]), rel=1e-6)
+
+
 def test_auto_picks_blocks_only_when_the_posterior_factorises():
     config = NutsConfig()
     assert not use_language_blocks(config, Priors(), 5)

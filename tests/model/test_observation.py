@@ -18,6 +18,7 @@ from climb_bayes.model.observation import (
     draw_noise,
     group_stats,
     identifiable_noise,
+    pad_segment_layout,
     run_effect_identified,
 )
 from climb_bayes.model.priors import Priors
@@ -219,6 +220,17 @@ def test_df_key_evaluates_the_normaliser_per_distinct_pair_with_the_same_density
         return d.log_prob(jnp.asarray(y))
 
     assert float(traced_mask(mask)) == pytest.approx(expected, rel=1e-10)
+
+    @jax.jit
+    def traced_layout(g, m, layout):  # ids, mask and a padded layout all traced
+        d = GroupedNoise(loc, sig[lang], sr[lang], g, dfs[lang], m, 6, df_key=lang, layout=layout)
+        return d.log_prob(jnp.asarray(y))
+
+    padded = pad_segment_layout(keyed.layout, 9)
+    assert padded.pair_member.size == 9 and padded.pair_index.max() < 6
+    assert float(traced_layout(group, mask, padded)) == pytest.approx(expected, rel=1e-10)
+    with pytest.raises(ValueError, match="more than 3"):
+        pad_segment_layout(keyed.layout, 3)
     grads = [jax.grad(density, argnums=(0, 1))(dfs, loc, flag) for flag in (True, False)]
     for a, b in zip(*grads, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
