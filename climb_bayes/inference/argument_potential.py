@@ -33,7 +33,13 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["BoundObjective", "ArgumentPotential", "argument_potential", "PROGRAM_CACHE_SIZE"]
+__all__ = [
+    "BoundObjective",
+    "ArgumentPotential",
+    "ClosurePotential",
+    "argument_potential",
+    "PROGRAM_CACHE_SIZE",
+]
 
 PROGRAM_CACHE_SIZE = 32
 """Sets of compiled programs kept (least recently used dropped first); one per (model, static
@@ -107,6 +113,34 @@ class ArgumentPotential(BoundObjective):
         """Constrained latent sites (and deterministic ones, where the model has them) of each
         row of ``x``, ``(n, ...)`` per site."""
         return self._programs.batch_postprocess(x, self._data)
+
+
+class ClosurePotential:
+    """The potential energy of a flat unconstrained vector through NumPyro's closures over the
+    model's arguments (a model :func:`argument_potential` cannot trace with its data as
+    arguments): the interface of :class:`ArgumentPotential`, its batched programs compiled
+    for this one data set.
+
+    Parameters
+    ----------
+    potential_fn, postprocess_fn : callable
+        NumPyro's ``ModelInfo.potential_fn`` and ``postprocess_fn`` (dicts of sites).
+    unravel : callable
+        Flat vector -> dict of unconstrained sites.
+    """
+
+    __slots__ = ("_potential_fn", "_unravel", "batch", "postprocess_batch")
+
+    def __init__(self, potential_fn: Callable, postprocess_fn: Callable, unravel: Callable) -> None:
+        self._potential_fn = potential_fn
+        self._unravel = unravel
+        self.batch = jax.jit(jax.vmap(self))
+        """Potential of each row of ``x`` (``(n, d)`` -> ``(n,)``)."""
+        self.postprocess_batch = jax.jit(jax.vmap(lambda x: postprocess_fn(unravel(x))))
+        """Constrained latent sites (and deterministic ones) of each row of ``x``."""
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self._potential_fn(self._unravel(x))
 
 
 def _is_data(leaf: Any) -> bool:

@@ -46,7 +46,10 @@ import numpy as np
 import numpyro
 from jax.flatten_util import ravel_pytree
 
-from climb_bayes.inference.argument_potential import ArgumentPotential, argument_potential
+from climb_bayes.inference.argument_potential import (
+    ClosurePotential,
+    argument_potential,
+)
 from climb_bayes.inference.point_fit import jitted_derivatives, multistart_lbfgs, newton_polish
 
 __all__ = [
@@ -176,7 +179,9 @@ def flat_model(
         unconstrained) of a flat vector: on the abstract path an
         :class:`~climb_bayes.inference.argument_potential.ArgumentPotential`, whose compiled
         programs take the model's data as arguments and are shared by every set-up of the same
-        model and shapes (where the model allows it), else a closure.
+        model and shapes (where the model allows it), else a
+        :class:`~climb_bayes.inference.argument_potential.ClosurePotential` (the same
+        interface: call, ``batch``, ``postprocess_batch``).
     """
     from numpyro.infer.util import ModelInfo, ParamInfo, get_potential_fn, transform_fn
 
@@ -197,10 +202,7 @@ def flat_model(
         if shared is not None:
             return info, z0, unravel, shared
 
-    def potential(x: jax.Array) -> jax.Array:
-        return info.potential_fn(unravel(x))
-
-    return info, z0, unravel, potential
+    return info, z0, unravel, ClosurePotential(info.potential_fn, info.postprocess_fn, unravel)
 
 
 def _abstract_transforms(
@@ -362,11 +364,7 @@ def laplace_posterior(
         sel = pick == j
         root = mode.v / np.sqrt(mode.w_kept)[None, :]  # cov = root root^T
         z[sel] = np.asarray(mode.search.x)[None, :] + eps[sel] @ root.T
-    if isinstance(potential, ArgumentPotential):  # programs shared with equal-shaped fits
-        post, log_p = potential.postprocess_batch(z), -np.asarray(potential.batch(z))
-    else:
-        post = jax.jit(jax.vmap(lambda x: info.postprocess_fn(unravel(x))))(jnp.asarray(z))
-        log_p = -np.asarray(jax.jit(jax.vmap(potential))(jnp.asarray(z)))
+    post, log_p = potential.postprocess_batch(z), -np.asarray(potential.batch(z))
     samples = {k: np.asarray(val) for k, val in post.items()}
     weights = mass / mass.sum()
     log_q = _mixture_log_density(z, modes, weights)
@@ -627,11 +625,7 @@ def mode_starts(
     _, polished = _mode_searches(potential, x0, max_iter, polish)
     fun = np.array([p.fun if p is not None else 1e30 for p in polished], dtype=float)
     modes_x = np.stack([p.x if p is not None else x for p, x in zip(polished, x0, strict=True)])
-    potentials = (
-        potential.batch
-        if isinstance(potential, ArgumentPotential)
-        else jax.jit(jax.vmap(potential))
-    )
+    potentials = potential.batch
     d = x0.shape[1]
     band = 0.5 * d + 3.0 * np.sqrt(0.5 * d)  # 3 sd above the mean excess of a Gaussian
     keys = jax.random.split(k_draw, chains)

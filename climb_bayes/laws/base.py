@@ -70,6 +70,7 @@ from climb_bayes.model.observation import (
     GroupedNoise,
     KeyedStudentT,
     df_prior,
+    group_count,
     identifiable_noise,
 )
 from climb_bayes.model.power_coordinates import power_coordinates, sample_power_law
@@ -631,9 +632,12 @@ def _numpyro_model(
     d: jax.Array,
     y: jax.Array | None,
     mask: jax.Array | None = None,
+    n_groups: int | None = None,
 ) -> None:
     """Any law under the CLIMB model's noise model (:mod:`climb_bayes.model.observation`);
-    ``mask`` (``(N,)`` bool) leaves padded observations out of the likelihood."""
+    ``mask`` (``(N,)`` bool) leaves padded observations out of the likelihood; ``n_groups``
+    (static) bounds the run-group ids, so that traced ids are summed over that many segments
+    instead of one per observation (:class:`~climb_bayes.model.observation.GroupedNoise`)."""
     import numpyro
     import numpyro.distributions as dist
 
@@ -666,7 +670,9 @@ def _numpyro_model(
         run_scale = numpyro.sample(
             "sigma_run", dist.HalfNormal(priors.run_effect_scale).expand([m]).to_event(1)
         )
-        noise = GroupedNoise(pred, scale, run_scale[group], run_group, df, mask, df_key=group)
+        noise = GroupedNoise(
+            pred, scale, run_scale[group], run_group, df, mask, n_groups, df_key=group
+        )
         numpyro.sample("y", noise, obs=y)
         return
     if df is None:
@@ -683,8 +689,9 @@ def _numpyro_model(
 class _LawData(NamedTuple):
     """A law's data as its fits' compiled programs take them: evaluation points ``r``
     ``(P, m)`` and ``d`` ``(P,)`` (budget / ``d_ref``), per observation its ``point``,
-    ``group``, run-effect group ``run_group`` and log-loss ``y``, and ``mask`` (``False`` on
-    padding; ``None`` where nothing is padded)."""
+    ``group``, run-effect group ``run_group`` and log-loss ``y``, ``mask`` (``False`` on
+    padding; ``None`` where nothing is padded) and ``n_groups``, a bound on the run-group ids
+    (the padded shape's where padded)."""
 
     r: jax.Array
     d: jax.Array
@@ -693,6 +700,7 @@ class _LawData(NamedTuple):
     run_group: np.ndarray
     y: jax.Array
     mask: np.ndarray | None
+    n_groups: int
 
 
 def _law_data(obs: Observations, options: FitOptions, d_ref: float) -> _LawData:
@@ -703,7 +711,9 @@ def _law_data(obs: Observations, options: FitOptions, d_ref: float) -> _LawData:
     by_obs = [obs_point, np.asarray(obs.group), np.asarray(obs.obs_group), obs.log_loss]
     mask = None
     pad = options.pad_to
-    if pad is not None and pad.holds(obs.n, point_tokens.size, 0):
+    n_groups = group_count(by_obs[2]) or 0
+    if pad is not None and pad.holds(obs.n, point_tokens.size, n_groups):
+        n_groups = pad.n_groups
         point_r = pad_rows(point_r, pad.n_points)
         point_tokens = pad_rows(point_tokens, pad.n_points)
         by_obs = [pad_rows(a, pad.n_obs) for a in by_obs]
@@ -711,7 +721,7 @@ def _law_data(obs: Observations, options: FitOptions, d_ref: float) -> _LawData:
     point, group, run_group, y = by_obs
     return _LawData(
         jnp.asarray(point_r), jnp.asarray(point_tokens / d_ref), point, group, run_group,
-        jnp.asarray(y), mask,
+        jnp.asarray(y), mask, n_groups,
     )  # fmt: skip
 
 
@@ -731,6 +741,7 @@ def _model_arguments(law: Law, obs: Observations, options: FitOptions, d_ref: fl
         data.d,
         data.y,
         data.mask,
+        data.n_groups,
     )
 
 
