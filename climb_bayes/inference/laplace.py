@@ -335,7 +335,7 @@ def laplace_posterior(
        approximations weighted by importance).
     """
     k_init, k_draw, k_pick = jax.random.split(key, 3)
-    info, z0, unravel, potential = flat_model(model, model_args, init_values, k_init)
+    _, z0, _, potential = flat_model(model, model_args, init_values, k_init)
     x0 = np.asarray(z0)[None]
     if starts is not None:
         x0 = np.concatenate([x0, _ravel_starts(starts, z0.size)])

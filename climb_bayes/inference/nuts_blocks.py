@@ -183,7 +183,7 @@ def _with_segment_layouts(blocks: list[ModelData]) -> list[ModelData]:
     shape: the kernel gets each block's data as arguments (traced), where the grouped
     likelihood would otherwise take segment means and a Student-t normaliser per run group
     (:class:`~climb_bayes.model.observation.GroupedNoise`, ``layout``)."""
-    if blocks[0].obs_group is None or blocks[0].n_groups is None:
+    if blocks[0].obs_group is None:  # no run groups (and then no ``group_language``)
         return blocks
     layouts = [segment_layout(b.obs_group, b.obs_mask, b.n_groups, b.obs_language) for b in blocks]
     n_pairs = max(lay.pair_member.size for lay in layouts)

@@ -402,9 +402,10 @@ class GroupedNoise(dist.Distribution):
         that are traced (data passed to a compiled program as arguments): its arrays may be
         traced too, and the density is the same as with concrete ids. Without it, traced ids
         fall back to segment means and a normaliser per segment; measured on a 16-language
-        block (264 observations, 66 groups, learned ``df``, float32, 2-core AMD EPYC): 77 us
-        per ``value_and_grad`` of the block potential against 41 us with the layout, the
-        ``gammaln`` pair per segment being most of the difference.
+        block (264 observations, 66 groups, learned ``df``, float32, 2-core AMD EPYC without
+        AVX-512, best of 10 interleaved repeats): 70 us per ``value_and_grad`` of the block
+        potential against 47 us with the layout, the ``gammaln`` pair per segment being most
+        of the difference (docs/performance.md).
     """
 
     arg_constraints = {
