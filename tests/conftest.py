@@ -186,10 +186,19 @@ def rng() -> np.random.Generator:
 def backend_compiles():
     """``with backend_compiles() as compiles:`` collects the seconds of every XLA backend
     compilation while the block runs (``jax.monitoring``'s event): a test that two programs
-    are shared asserts the list stays empty."""
+    are shared asserts the list stays empty.
+
+    Every fit calls :func:`climb_bayes.runtime.release_compiled_programs`, which clears JAX's
+    caches once the process holds half the kernel's memory-map limit; late in a long xdist
+    worker that happened between a test's two fits (115 recompiled programs, CI of 2026-12-08).
+    So the caches are released here first, and the test's fits start far below the limit."""
     import contextlib
 
     import jax.monitoring
+
+    from climb_bayes.runtime import release_compiled_programs
+
+    release_compiled_programs(share=0.0)
 
     @contextlib.contextmanager
     def watch():
